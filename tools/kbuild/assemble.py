@@ -1,0 +1,128 @@
+"""Stage 6: built products → a complete variant folder, moved into `build/` atomically."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from . import __version__
+from .gitinfo import git_state
+from .plan import VariantPlan
+
+METADATA = "metadata.json"
+DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
+
+
+def digest_files(variant: Path) -> dict[str, str]:
+    """sha256 (base64) of every file of the variant but its top-level metadata and bytecode."""
+    files = {}
+    for path in sorted(variant.rglob("*")):
+        rel = path.relative_to(variant).as_posix()
+        if (not path.is_file() or rel in DIGEST_EXCLUDED or "__pycache__" in path.parts
+                or path.suffix == ".pyc"):
+            continue
+        files[rel] = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+    return files
+
+
+def provenance(plan: VariantPlan) -> dict:
+    builder = {"version": __version__}
+    tools_git = git_state(Path(__file__).resolve().parent)
+    if tools_git:
+        builder.update(commit=tools_git.commit, dirty=tools_git.dirty)
+    result: dict = {"kernel-builder": builder}
+    if plan.git:
+        result["kernel"] = {"commit": plan.git.commit, "dirty": plan.git.dirty}
+    return result
+
+
+def metadata(plan: VariantPlan, variant: Path) -> dict:
+    general = plan.manifest.general
+    python_depends = list(general.python_depends)
+    kernel_depends = list(general.kernel_depends)
+    if plan.backend == "cuda":
+        python_depends += general.cuda.python_depends
+        kernel_depends += general.cuda.kernel_depends
+    backend: dict = {"type": plan.backend}
+    if plan.backend in ("cuda", "rocm") and plan.archs:
+        backend["archs"] = plan.archs
+    meta: dict = {
+        "name": general.name,
+        "id": plan.kernel_id,
+        "version": general.version,
+        "license": general.license,
+        "python-depends": python_depends,
+        "kernel-depends": [d.model_dump(by_alias=True, exclude_none=True) for d in kernel_depends],
+        "backend": backend,
+    }
+    for key in ("upstream", "source"):
+        if getattr(general, key):
+            meta[key] = getattr(general, key)
+    meta["digest"] = {"algorithm": "sha256", "files": digest_files(variant)}
+    meta["provenance"] = provenance(plan)
+    return meta
+
+
+def python_files(plan: VariantPlan) -> list[tuple[Path, str]]:
+    """(source, relative destination) of the package files shipped from torch-ext/<module>/."""
+    src = plan.project / "torch-ext" / plan.module_name
+    cfg = plan.manifest.torch or plan.manifest.torch_noarch
+    suffixes = {f".{e.lstrip('.')}" for e in cfg.pyext}
+    out = []
+    for path in sorted(src.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        rel = path.relative_to(src).as_posix()
+        if rel == "_ops.py":
+            continue  # always the generated one
+        if path.suffix in suffixes or path.suffix not in (".py", ".pyi"):
+            out.append((path, rel))
+    return out
+
+
+def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) -> Path:
+    """Builds the complete variant in a private staging dir and returns it."""
+    staging_root.mkdir(parents=True, exist_ok=True)
+    staging = staging_root / f"{plan.name}.{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    for src, rel in python_files(plan):
+        dest = staging / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    shutil.copyfile(work / "_ops.py", staging / "_ops.py")
+    if so is not None:
+        shutil.copyfile(so, staging / so.name)
+        os.chmod(staging / so.name, 0o755)
+    meta = metadata(plan, staging)
+    (staging / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    return staging
+
+
+def same_content(a: Path, b: Path) -> bool:
+    if not (a / METADATA).is_file() or not (b / METADATA).is_file():
+        return False
+    ma, mb = (json.loads((p / METADATA).read_text()) for p in (a, b))
+    return ma == mb and digest_files(a) == digest_files(b)
+
+
+def install(staging: Path, build_dir: Path, name: str) -> bool:
+    """Moves `staging` to `build_dir/name` atomically; returns False when it was already there."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    target = build_dir / name
+    if target.exists() and same_content(staging, target):
+        shutil.rmtree(staging)
+        return False
+    if target.exists():
+        trash = staging.with_name(staging.name + ".old")
+        os.rename(target, trash)
+        os.rename(staging, target)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(staging, target)
+    return True

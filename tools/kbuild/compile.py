@@ -1,0 +1,88 @@
+"""Stage 5: compile the generated CMake project with Ninja."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import BuildError
+from .plan import VariantPlan
+from .torchenv import find_cxx
+
+
+def _tool(name: str) -> str:
+    try:
+        if name == "cmake":
+            import cmake
+            return str(Path(cmake.CMAKE_BIN_DIR) / "cmake")
+        import ninja
+        return str(Path(ninja.BIN_DIR) / "ninja")
+    except ImportError:
+        found = shutil.which(name)
+        if not found:
+            raise BuildError(f"{name} not found", hint=f"pip install {name}") from None
+        return found
+
+
+def compiler_launcher() -> str | None:
+    """sccache or ccache when available (KBUILD_COMPILER_CACHE=none disables it)."""
+    choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
+    if choice == "none":
+        return None
+    candidates = [choice] if choice != "auto" else ["sccache", "ccache"]
+    bin_dir = Path(sys.executable).parent
+    for name in candidates:
+        for path in (bin_dir / name, shutil.which(name)):
+            if path and Path(path).is_file():
+                return str(path)
+    return None
+
+
+def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
+    args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
+            f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_CXX_COMPILER={find_cxx()}"]
+    launcher = compiler_launcher()
+    if launcher:
+        args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
+    if plan.cuda:
+        first_archs = next(iter(plan.kernel_archs.values()), ["7.5"])
+        from .generate import cmake_arch
+        args += [f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
+                 f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}",
+                 "-DCMAKE_CUDA_ARCHITECTURES=" + ";".join(cmake_arch(c) for c in first_archs)]
+        if launcher:
+            args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}")
+    return args
+
+
+def run_logged(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
+    with log.open("a", encoding="utf-8") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
+        raise BuildError(f"{what} failed (exit {proc.returncode}); full log: {log}\n    "
+                         + "\n    ".join(tail), hint="fix the error shown above")
+
+
+def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Path:
+    """Configures (once) and builds; returns the path of the built `.so`."""
+    build = src / "cmake-build"
+    log = src / "build.log"
+    log.write_text("")
+    env = dict(os.environ)
+    if not (build / "build.ninja").is_file():
+        run_logged(configure_args(plan, src, build), log, "CMake configure", env)
+    cmd = [_tool("cmake"), "--build", str(build)]
+    if jobs:
+        cmd += ["--parallel", str(jobs)]
+    run_logged(cmd, log, "compilation", env)
+    so = build / f"{plan.kernel_id}.abi3.so"
+    if not so.is_file():
+        raise BuildError(f"the build produced no {so.name}; see {log}")
+    return so

@@ -1,0 +1,156 @@
+"""Stage 2: manifest + environment → the plan of one variant (name, id, kernels, archs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from .errors import BuildError
+from .gitinfo import GitState, build_uid
+from .manifest import MANIFEST, Kernel, Manifest
+from .torchenv import CudaToolkit, TorchEnv, find_cuda
+
+# Default capabilities by toolkit (kernel-builder's lists).
+DEFAULT_CAPS = [
+    (Version("13.0"), ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX"]),
+    (Version("12.8"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1",
+                       "12.0+PTX"]),
+    (Version("0"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"]),
+]
+COMPILED_BACKENDS = ("cpu", "cuda")
+
+
+def default_capabilities(cuda: Version) -> list[str]:
+    return next(caps for floor, caps in DEFAULT_CAPS if cuda >= floor)
+
+
+def cpu_arch(machine: str) -> str:
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine.lower())
+
+
+def variant_name(env: TorchEnv, backend: str, cuda: Version | None = None) -> str:
+    if backend == "cpu":
+        compute = "cpu"
+    elif backend == "cuda":
+        v = cuda or Version(env.cuda or "0")
+        compute = f"cu{v.major}{v.minor}"
+    else:
+        raise BuildError(f"backend {backend!r} cannot be compiled here yet",
+                         hint=f"supported: {', '.join(COMPILED_BACKENDS)}")
+    parts = [env.torch_tag]
+    if env.system == "linux":
+        parts.append("cxx11" if env.cxx11_abi else "cxx98")
+    parts += [compute, cpu_arch(env.machine), env.system]
+    return "-".join(parts)
+
+
+def noarch_variant_name(backend: str) -> str:
+    return f"torch-{backend}"
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    project: Path
+    manifest: Manifest
+    backend: str
+    env: TorchEnv | None
+    name: str
+    uid: str
+    git: GitState | None
+    kernels: dict[str, Kernel] = field(default_factory=dict)
+    cuda: CudaToolkit | None = None
+    kernel_archs: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def module_name(self) -> str:
+        return self.manifest.general.module_name
+
+    @property
+    def kernel_id(self) -> str:
+        return f"_{self.module_name}_{self.backend}_{self.uid}"
+
+    @property
+    def archs(self) -> list[str]:
+        """All capabilities of the variant, for metadata (sorted numerically)."""
+        caps = {c for archs in self.kernel_archs.values() for c in archs}
+        return sorted(caps, key=lambda c: (Version(c.split("+")[0].rstrip("af")), c))
+
+    @property
+    def compiled(self) -> bool:
+        return not self.manifest.is_noarch
+
+
+def input_files(project: Path, manifest: Manifest) -> list[Path]:
+    files = [project / MANIFEST]
+    if manifest.torch:
+        files += [project / s for s in manifest.torch.src]
+    for kernel in manifest.kernel.values():
+        files += [project / s for s in kernel.src]
+    ext = project / "torch-ext"
+    files += [p for p in ext.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return [f.resolve() for f in files]
+
+
+def _check_bounds(value: Version, lo: str | None, hi: str | None, *, what: str, key: str,
+                  project: Path) -> None:
+    def release(v: Version) -> tuple[int, ...]:
+        return v.release[: len(Version(lo or hi or "0").release)]
+    if lo and release(value) < Version(lo).release:
+        raise BuildError(f"{what} {value} is older than minver {lo}", file=project / MANIFEST,
+                         key=f"{key}.minver", hint="use a newer environment or lower minver")
+    if hi and value.release[: len(Version(hi).release)] > Version(hi).release:
+        raise BuildError(f"{what} {value} is newer than maxver {hi}", file=project / MANIFEST,
+                         key=f"{key}.maxver", hint="use an older environment or raise maxver")
+
+
+def cuda_archs(manifest: Manifest, cuda: CudaToolkit, project: Path) -> dict[str, list[str]]:
+    supported = set(cuda.supported_archs)
+    defaults = default_capabilities(cuda.version)
+    result = {}
+    for name, kernel in manifest.kernel.items():
+        if kernel.backend != "cuda":
+            continue
+        wanted = kernel.cuda_capabilities or defaults
+        kept = [c for c in wanted if c.split("+")[0].rstrip("af") in supported]
+        if not kept:
+            raise BuildError(
+                f"none of the capabilities {wanted} is supported by nvcc {cuda.version} "
+                f"(supports {', '.join(sorted(supported, key=lambda s: Version(s.rstrip('af'))))})",
+                file=project / MANIFEST, key=f"kernel.{name}.cuda-capabilities",
+                hint="list at least one capability this toolkit can compile for")
+        result[name] = kept
+    return result
+
+
+def plan_variant(project: Path, manifest: Manifest, env: TorchEnv, backend: str) -> VariantPlan:
+    project = project.resolve()
+    if backend not in manifest.general.backends:
+        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
+                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    if manifest.torch:
+        _check_bounds(env.torch_release, manifest.torch.minver, manifest.torch.maxver,
+                      what="torch", key="torch", project=project)
+    cuda = None
+    kernel_archs: dict[str, list[str]] = {}
+    if backend == "cuda":
+        cuda = find_cuda(env)
+        _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
+                      what="CUDA", key="general.cuda", project=project)
+        kernel_archs = cuda_archs(manifest, cuda, project)
+    name = variant_name(env, backend, cuda.version if cuda else None)
+    uid, git = build_uid(project, input_files(project, manifest))
+    return VariantPlan(project=project, manifest=manifest, backend=backend, env=env, name=name,
+                       uid=uid, git=git, kernels=manifest.kernels_for(backend), cuda=cuda,
+                       kernel_archs=kernel_archs)
+
+
+def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:
+    project = project.resolve()
+    uid, git = build_uid(project, input_files(project, manifest))
+    archs = {}
+    if backend == "cuda" and manifest.torch_noarch and manifest.torch_noarch.cuda_capabilities:
+        archs = {"noarch": list(manifest.torch_noarch.cuda_capabilities)}
+    return VariantPlan(project=project, manifest=manifest, backend=backend, env=None,
+                       name=noarch_variant_name(backend), uid=uid, git=git, kernel_archs=archs)
