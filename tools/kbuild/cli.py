@@ -49,6 +49,103 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}")
 
 
+@app.command()
+def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
+          python: PythonOpt = None,
+          load: Annotated[bool, typer.Option(help="Also load each variant with kernels.")] = True
+          ) -> None:
+    """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
+    from rich.table import Table
+
+    from .check import check_variant, variant_dirs
+    root = (build_dir or project / "build").resolve()
+    if not root.is_dir() or not variant_dirs(root):
+        raise BuildError("no variants to check", file=root, hint="run `kbuild build` first")
+    table = Table("variant", "result", "details")
+    failed = 0
+    for variant in variant_dirs(root):
+        report = check_variant(variant, python=python, load=load)
+        failed += not report.ok
+        status = "[green]ok[/]" if report.ok else "[red]FAILED[/]"
+        table.add_row(variant.name, status, "\n".join(report.problems + report.notes))
+    out.print(table)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def clean(project: ProjectArg = Path(".")) -> None:
+    """Remove generated files (.kbuild/) and built variants (build/<variant>/), nothing else."""
+    import shutil
+
+    from .generate import WORK_DIR
+    project = project.resolve()
+    removed = []
+    work = project / WORK_DIR
+    if work.is_dir():
+        shutil.rmtree(work)
+        removed.append(work)
+    build_root = project / "build"
+    if build_root.is_dir():
+        for variant in build_root.iterdir():
+            if variant.is_dir() and (variant / "metadata.json").is_file():
+                shutil.rmtree(variant)
+                removed.append(variant)
+        if not any(build_root.iterdir()):
+            build_root.rmdir()
+    for path in removed:
+        out.print(f"removed {path}")
+
+
+@app.command("update-build")
+def update_build(project: ProjectArg = Path("."),
+                 dry_run: Annotated[bool, typer.Option(help="Print, don't write.")] = False) -> None:
+    """Rewrite an older build.toml as edition 5."""
+    import os
+
+    import tomli_w
+
+    from . import editions, manifest
+    project = project.resolve()
+    raw = manifest.read_raw(project)
+    upgraded, notes = editions.upgrade(raw)
+    if not notes:
+        out.print(f"{project / manifest.MANIFEST} is already edition {editions.CURRENT_EDITION}")
+        return
+    text = tomli_w.dumps(upgraded)
+    manifest.Manifest.model_validate(upgraded)  # fail before writing anything invalid
+    if dry_run:
+        out.print(text, highlight=False, markup=False)
+        return
+    path = project / manifest.MANIFEST
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    for note in notes:
+        out.print(f"- {note}")
+    out.print(f"rewrote {path} (comments are not kept)")
+
+
+@app.command()
+def dev(project: ProjectArg = Path("."), backend: BackendOpt = None,
+        pytest_args: Annotated[Optional[list[str]], typer.Argument(
+            help="Extra pytest arguments (after --).")] = None) -> None:
+    """The fast loop: rebuild what changed, then run the kernel's tests against the build."""
+    import subprocess
+    import sys as _sys
+
+    from . import pipeline
+    project = project.resolve()
+    for r in pipeline.build(project, backends=backend, warn=warn):
+        out.print(f"{'built' if r.changed else 'up to date'} {r.variant} in {r.seconds:.1f}s")
+    tests = project / "tests"
+    if not tests.is_dir():
+        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
+    code = subprocess.call([_sys.executable, "-m", "pytest", str(tests), "-q",
+                            *(pytest_args or [])], cwd=project)
+    raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()

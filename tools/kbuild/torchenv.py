@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from importlib import resources
@@ -118,11 +119,30 @@ class CudaToolkit:
             caps.append(f"{num[:-1]}.{num[-1]}{m.group(2)}")
         return caps
 
-    @property
+    @cached_property
     def include_dirs(self) -> list[str]:
-        dirs = [self.root / "include", self.root / "targets" / "x86_64-linux" / "include",
-                self.root / "targets" / "sbsa-linux" / "include"]
-        return [str(d) for d in dirs if d.is_dir()]
+        """The toolkit's own include dirs, as nvcc itself reports them."""
+        return _nvcc_layout(self.nvcc)[1]
+
+
+def _nvcc_layout(nvcc: Path) -> tuple[Path, list[str]]:
+    """(toolkit root, include dirs) from `nvcc --dryrun`; works through wrapper scripts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.cu"
+        probe.write_text("")
+        out = subprocess.run([str(nvcc), "--dryrun", "-c", str(probe), "-o", str(probe) + ".o"],
+                             capture_output=True, text=True, cwd=tmp)
+    text = out.stdout + out.stderr
+    top = re.search(r"TOP=(\S+)", text)
+    root = Path(top.group(1)).resolve() if top else nvcc.resolve().parent.parent
+    includes = []
+    for m in re.finditer(r'(?:INCLUDES|SYSTEM_INCLUDES)="([^"]*)"\s*(?:"([^"]*)")?', text):
+        for chunk in m.groups():
+            for part in (chunk or "").split():
+                part = part.removeprefix("-I").strip('"')
+                if part and part != "-isystem" and Path(part).is_dir():
+                    includes.append(str(Path(part).resolve()))
+    return root, list(dict.fromkeys(includes)) or [str(root / "include")]
 
 
 def _nvcc_candidates(env: TorchEnv) -> list[Path]:
@@ -156,7 +176,9 @@ def find_cuda(env: TorchEnv) -> CudaToolkit:
         version = Version(f"{m.group(1)}.{m.group(2)}")
         seen.append(f"{nvcc} ({version})")
         if (version.major, version.minor) == (want.major, want.minor):
-            return CudaToolkit(nvcc=nvcc.resolve(), version=version, root=nvcc.resolve().parent.parent)
+            root, _ = _nvcc_layout(nvcc)
+            real = root / "bin" / "nvcc"
+            return CudaToolkit(nvcc=real if real.is_file() else nvcc, version=version, root=root)
     raise BuildError(
         f"no nvcc {want.major}.{want.minor} found for torch {env.torch_version} (CUDA {env.cuda})"
         + (f"; found {', '.join(seen)}" if seen else ""),
@@ -165,7 +187,13 @@ def find_cuda(env: TorchEnv) -> CudaToolkit:
 
 
 def find_cxx() -> str:
-    for cand in (os.environ.get("CXX"), "c++", "g++"):
-        if cand and shutil.which(cand):
+    if os.environ.get("CXX"):
+        found = shutil.which(os.environ["CXX"])
+        if not found:
+            raise BuildError(f"the C++ compiler CXX={os.environ['CXX']!r} was not found",
+                             hint="point CXX at an installed compiler, or unset it")
+        return found
+    for cand in ("c++", "g++"):
+        if shutil.which(cand):
             return shutil.which(cand)
     raise BuildError("no C++ compiler found", hint="install g++ (apt-get install g++) or set CXX")

@@ -1,0 +1,177 @@
+"""Stage 7: verify a build folder — layout, metadata, digest, ELF/ABI policy, and a real load."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .assemble import METADATA, digest_files
+
+REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
+MANYLINUX = "manylinux_2_28"
+PYTHON_ABI = "3.9"
+HEX_COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+ALLOWED_NEEDED = re.compile(
+    r"^(lib(c|m|dl|rt|pthread|stdc\+\+|gcc_s)\.so\.\d+|ld-linux-[\w-]+\.so\.\d+"
+    r"|lib(c10|c10_cuda|torch|torch_cpu|torch_cuda|torch_python|shm)\.so"
+    r"|lib(cudart|cublas|cublasLt|cusparse|cusolver|cufft|curand|nvrtc|nvJitLink|cudnn|nccl"
+    r"|cuda)\.so(\.\d+)*)$")
+
+
+@dataclass
+class CheckReport:
+    variant: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    loaded: bool | None = None  # None: not attempted on this machine
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def elf_dynamic(so: Path) -> tuple[list[str], list[str]]:
+    """(DT_NEEDED entries, RPATH/RUNPATH entries) of a shared library."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed, paths = [], []
+    with so.open("rb") as f:
+        for section in ELFFile(f).iter_sections():
+            if isinstance(section, DynamicSection):
+                for tag in section.iter_tags():
+                    if tag.entry.d_tag == "DT_NEEDED":
+                        needed.append(tag.needed)
+                    elif tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"):
+                        paths.append(getattr(tag, "rpath", None) or getattr(tag, "runpath", ""))
+    return needed, paths
+
+
+def abi_problems(so: Path) -> list[str]:
+    import kernel_abi_check as kac
+
+    obj = kac.ObjectFile(str(so))
+    problems = [f"{so.name}: {s.name}@{s.dep}_{s.version} is newer than {MANYLINUX} allows"
+                for s in obj.check_manylinux(MANYLINUX)]
+    for s in obj.check_python_abi(PYTHON_ABI):
+        if hasattr(s, "version_added"):
+            problems.append(f"{so.name}: {s.name} needs Python {s.version_added} (> {PYTHON_ABI})")
+        else:
+            problems.append(f"{so.name}: {s.name} is not in the Python limited API (abi3)")
+    needed, paths = elf_dynamic(so)
+    problems += [f"{so.name}: links {n}, which is neither torch's nor a CUDA library torch ships"
+                 for n in needed if not ALLOWED_NEEDED.match(n)]
+    problems += [f"{so.name}: has RPATH/RUNPATH {p!r} (must not point into the build machine)"
+                 for p in paths]
+    return problems
+
+
+def metadata_problems(variant: Path, meta: dict) -> list[str]:
+    problems = [f"metadata.json: missing required key `{k}`" for k in REQUIRED_KEYS if k not in meta]
+    try:
+        from kernels._rust import Metadata
+        Metadata.read_from_file(variant / METADATA)
+    except ImportError:
+        pass
+    except Exception as exc:  # the loader's own parser is the judge
+        problems.append(f"metadata.json: rejected by the kernels loader: {exc}")
+    prov = meta.get("provenance", {})
+    for part in ("kernel-builder", "kernel"):
+        commit = prov.get(part, {}).get("commit")
+        if commit is not None and not HEX_COMMIT.match(commit):
+            problems.append(f"metadata.json: provenance.{part}.commit {commit!r} is not a full hex id")
+    backend = meta.get("backend", {})
+    if backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
+        problems.append("metadata.json: backend.archs is empty")
+    return problems
+
+
+def digest_problems(variant: Path, meta: dict) -> list[str]:
+    digest = meta.get("digest")
+    if not digest:
+        return ["metadata.json: no `digest`"]
+    if digest.get("algorithm") != "sha256":
+        return [f"metadata.json: unsupported digest algorithm {digest.get('algorithm')!r}"]
+    expected, actual = digest.get("files", {}), digest_files(variant)
+    problems = [f"digest: {p} is missing" for p in sorted(expected.keys() - actual.keys())]
+    problems += [f"digest: {p} is not in the digest" for p in sorted(actual.keys() - expected.keys())]
+    problems += [f"digest: {p} has changed since the build" for p in sorted(expected.keys() & actual.keys())
+                 if expected[p] != actual[p]]
+    return problems
+
+
+def layout_problems(variant: Path, meta: dict) -> list[str]:
+    problems = []
+    noarch = variant.name.startswith("torch-")
+    for required in ("__init__.py", "_ops.py"):
+        if not (variant / required).is_file():
+            problems.append(f"layout: {required} is missing")
+    junk = [p for p in variant.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
+    problems += [f"layout: {p.relative_to(variant)} must not be shipped" for p in junk]
+    sos = sorted(variant.glob("*.so"))
+    kid = meta.get("id", "")
+    if noarch:
+        problems += [f"layout: noarch variant contains {s.name}" for s in sos]
+        expected_backend = variant.name.removeprefix("torch-")
+    else:
+        if [s.name for s in sos] != [f"{kid}.abi3.so"]:
+            problems.append(f"layout: expected exactly {kid}.abi3.so, found {[s.name for s in sos]}")
+        parts = variant.name.split("-")
+        compute = parts[2] if len(parts) > 2 else ""
+        expected_backend = "cpu" if compute == "cpu" else "cuda" if compute.startswith("cu") else compute
+    if meta.get("backend", {}).get("type") != expected_backend:
+        problems.append(f"layout: folder {variant.name} is a {expected_backend} variant but metadata "
+                        f"says {meta.get('backend', {}).get('type')!r}")
+    name = meta.get("name", "")
+    if kid and not kid.startswith(f"_{name.replace('-', '_')}_"):
+        problems.append(f"metadata.json: id {kid!r} does not start with _{name.replace('-', '_')}_")
+    return problems
+
+
+def probe_load(variant: Path, python: str | None) -> dict:
+    script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
+    proc = subprocess.run([python or sys.executable, str(script), str(variant)],
+                          capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"loadable": False, "reason": f"probe crashed: {proc.stderr.strip()[-300:]}",
+                "crashed": True}
+
+
+def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
+    report = CheckReport(variant.name)
+    meta_path = variant / METADATA
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        report.problems.append("metadata.json is missing")
+        return report
+    except ValueError as exc:
+        report.problems.append(f"metadata.json is not valid JSON: {exc}")
+        return report
+    report.problems += metadata_problems(variant, meta)
+    report.problems += digest_problems(variant, meta)
+    report.problems += layout_problems(variant, meta)
+    for so in sorted(variant.rglob("*.so")):
+        report.problems += abi_problems(so)
+    if load and not report.problems:
+        result = probe_load(variant, python)
+        if result["loadable"]:
+            report.loaded = True
+            report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")
+        elif result.get("crashed") or "Error" in result["reason"].split(":")[0]:
+            report.loaded = False
+            report.problems.append(f"load: {result['reason']}")
+        else:
+            report.notes.append(f"not loadable on this machine: {result['reason']}")
+    return report
+
+
+def variant_dirs(build_dir: Path) -> list[Path]:
+    return sorted(p for p in build_dir.iterdir() if p.is_dir() and not p.name.startswith("."))

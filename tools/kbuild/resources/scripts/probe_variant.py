@@ -1,0 +1,31 @@
+"""Run by a target interpreter: can the real `kernels` loader load this variant here? Prints JSON."""
+
+import json
+import sys
+from pathlib import Path
+
+variant = Path(sys.argv[1])
+result = {"loadable": False, "reason": "", "ops": []}
+try:
+    import torch
+    from kernels import get_local_kernel
+    from kernels.variants import VariantAccepted, parse_variant, resolve_variants
+
+    meta = json.loads((variant / "metadata.json").read_text())
+    backend = meta["backend"]["type"]
+    _, trace = resolve_variants([parse_variant(variant.name)], backend)
+    decision = trace[0] if trace else None
+    if not isinstance(decision, VariantAccepted):
+        result["reason"] = getattr(decision, "reason", "not accepted by kernels on this system")
+    else:
+        module = get_local_kernel(variant, backend=backend)
+        prefix = meta["id"] + "::"
+        result["ops"] = sorted(n.removeprefix(prefix) for n in torch._C._dispatch_get_all_op_names()
+                               if n.startswith(prefix))
+        if meta["id"] != module.__name__:
+            result["reason"] = f"module imported as {module.__name__}, not {meta['id']}"
+        else:
+            result["loadable"] = True
+except Exception as exc:  # reported as a check failure
+    result["reason"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(result))
