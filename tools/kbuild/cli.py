@@ -14,7 +14,7 @@ from .errors import BuildError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Build PyTorch kernels in the Hugging Face `kernels` format.")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
 BackendOpt = Annotated[Optional[list[str]], typer.Option(

@@ -75,6 +75,8 @@ class VariantPlan:
     def archs(self) -> list[str]:
         """All capabilities of the variant, for metadata (sorted numerically)."""
         caps = {c for archs in self.kernel_archs.values() for c in archs}
+        if self.backend != "cuda":
+            return sorted(caps)  # e.g. ROCm gfx names
         return sorted(caps, key=lambda c: (Version(c.split("+")[0].rstrip("af")), c))
 
     @property
@@ -148,9 +150,12 @@ def plan_variant(project: Path, manifest: Manifest, env: TorchEnv, backend: str)
 
 def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:
     project = project.resolve()
+    if backend not in manifest.general.backends:
+        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
+                         key="general.backends", hint=f"add {backend!r} or build another backend")
     uid, git = build_uid(project, input_files(project, manifest))
-    archs = {}
-    if backend == "cuda" and manifest.torch_noarch and manifest.torch_noarch.cuda_capabilities:
-        archs = {"noarch": list(manifest.torch_noarch.cuda_capabilities)}
+    noarch = manifest.torch_noarch
+    declared = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
+    archs = {"noarch": list(declared)} if declared else {}
     return VariantPlan(project=project, manifest=manifest, backend=backend, env=None,
                        name=noarch_variant_name(backend), uid=uid, git=git, kernel_archs=archs)

@@ -1,0 +1,62 @@
+"""The CUDA variant compiles against torch 2.14.1 (cu130) and imports on this GPU-less machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+
+import pytest
+
+from kbuild import pipeline
+from kbuild.check import check_variant
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cuda_variant(tmp_path_factory, cuda_python):
+    from conftest import copy_project
+    project = copy_project(tmp_path_factory.mktemp("cuda") / "img2gray")
+    (result,) = pipeline.build(project, python=cuda_python)
+    return result
+
+
+def test_cuda_variant_layout(cuda_variant):
+    assert cuda_variant.variant == "torch214-cxx11-cu130-x86_64-linux"
+    meta = json.loads((cuda_variant.path / "metadata.json").read_text())
+    assert meta["backend"]["type"] == "cuda"
+    assert meta["backend"]["archs"] == ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0",
+                                        "12.0", "12.1+PTX"]
+    assert meta["id"].startswith("_img2gray_cuda_")
+
+
+def test_cuda_variant_passes_check_and_loads(cuda_variant, cuda_python):
+    report = check_variant(cuda_variant.path, python=cuda_python)
+    assert report.ok, report.problems
+    assert report.loaded
+
+
+def test_op_has_cuda_and_cpu_kernels(cuda_variant, cuda_python):
+    code = textwrap.dedent(f"""
+        import torch, kernels
+        from pathlib import Path
+        k = kernels.get_local_kernel(Path({str(cuda_variant.path)!r}), backend="cuda")
+        name = k._ops.add_op_namespace_prefix("img2gray")
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        print(torch.cuda.is_available(), has(name, "CUDA"), has(name, "CPU"))
+        x = torch.randint(0, 256, (5, 6, 3), dtype=torch.uint8)
+        ref = (x.float()[..., 0] * 0.21 + x.float()[..., 1] * 0.72 + x.float()[..., 2] * 0.07).to(torch.uint8)
+        assert torch.equal(k.img2gray(x), ref)  # the CPU kernel ships in the CUDA variant too
+    """)
+    proc = subprocess.run([cuda_python, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    available, has_cuda, has_cpu = proc.stdout.split()
+    assert (has_cuda, has_cpu) == ("True", "True")
+
+
+def test_cuda_so_needs_only_torch_and_cuda_libraries(cuda_variant):
+    from kbuild.check import elf_dynamic
+    needed, rpaths = elf_dynamic(cuda_variant.path / f"{cuda_variant.kernel_id}.abi3.so")
+    assert rpaths == []
+    assert "libcudart.so.13" in needed and "libc10_cuda.so" in needed

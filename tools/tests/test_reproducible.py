@@ -1,0 +1,48 @@
+"""The same commit built from two different directories gives byte-identical variant folders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from kbuild import pipeline
+
+
+def clone(dst: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dst)], check=True)
+    return dst
+
+
+def files(variant: Path) -> dict[str, bytes]:
+    return {p.relative_to(variant).as_posix(): p.read_bytes() for p in variant.rglob("*") if p.is_file()}
+
+
+def build_twice(tmp_path: Path, **kw):
+    results = []
+    for name in ("first-checkout", "second/deeper/checkout"):
+        (result,) = pipeline.build(clone(tmp_path / name), **kw)
+        results.append(result)
+    return results
+
+
+def test_cpu_variant_is_reproducible(tmp_path):
+    a, b = build_twice(tmp_path, backends=["cpu"])
+    assert a.kernel_id == b.kernel_id and "_dirty" not in a.kernel_id
+    meta_a, meta_b = (json.loads((r.path / "metadata.json").read_text()) for r in (a, b))
+    assert meta_a["digest"] == meta_b["digest"]
+    assert files(a.path) == files(b.path)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    assert meta_a["provenance"]["kernel"] == {"commit": commit, "dirty": False}
+    for path in (tmp_path / "first-checkout", tmp_path / "second"):
+        assert str(path).encode() not in (a.path / f"{a.kernel_id}.abi3.so").read_bytes()
+
+
+@pytest.mark.slow
+def test_cuda_variant_is_reproducible(tmp_path, cuda_python):
+    a, b = build_twice(tmp_path, backends=["cuda"], python=cuda_python)
+    assert files(a.path) == files(b.path)
