@@ -59,6 +59,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         "KB_ID": plan.kernel_id,
         "KB_BACKEND": plan.backend,
         "KB_PROJECT_DIR": str(project),
+        "KB_PREFIX_MAP_DIRS": [env.site_packages] + ([str(plan.cuda.root)] if plan.cuda else []),
         "KB_CXX_STD": str(env.cxx_std),
         "KB_TORCH_INCLUDES": torch_includes,
         "KB_PYTHON_INCLUDE": env.python_include,

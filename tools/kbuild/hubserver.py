@@ -266,13 +266,23 @@ class Request:
     def flag(self, name: str) -> bool:
         return (self.arg(name) or "").lower() in ("1", "true", "yes")
 
-    def json(self) -> Any:
-        if not self.body:
+    def json(self) -> dict:
+        """The body as a JSON object ({} when empty); 400 otherwise."""
+        if not self.body.strip():
             return {}
         try:
-            return json.loads(self.body)
+            data = json.loads(self.body)
         except ValueError:
             raise HubError(400, "Invalid JSON body")
+        if not isinstance(data, dict):
+            raise HubError(400, "The JSON body must be an object")
+        return data
+
+    def page(self) -> int:
+        try:
+            return max(int(self.arg("p", "0") or 0), 0)
+        except ValueError:
+            raise HubError(400, "Invalid page number")
 
     def bearer(self) -> str | None:
         value = self.headers.get("Authorization", "")
@@ -351,7 +361,11 @@ class _Handler(BaseHTTPRequestHandler):
         hub: HubServer = self.server.hub  # type: ignore[attr-defined]
         try:
             body = self._read_body()
-        except (ValueError, ConnectionError, OSError):
+        except ValueError:  # bad Content-Length or chunk size: answer, then hang up
+            self.close_connection = True
+            self._send(_error_response(HubError(400, "Malformed request body framing")))
+            return
+        except (ConnectionError, OSError):  # the client went away mid-body
             self.close_connection = True
             return
         fault = hub._take_fault(self.command, self.path)
@@ -397,6 +411,10 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     hub: "HubServer"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Route errors are answered in _dispatch; what lands here is a client hanging up mid-answer.
+        log.debug("hubserver: connection from %s ended with an error", client_address, exc_info=True)
+
 
 # ----------------------------------------------------------------------------- server
 
@@ -430,6 +448,7 @@ class HubServer:
         self._repos: dict[tuple[str, str], Repo] = {}
         self._blobs: dict[str, bytes] = {}
         self._trees: dict[str, dict[str, str]] = {}  # commit -> directory tree ids
+        self._saved_blobs: set[str] = set()
         self._faults: list[_Fault] = []
         self._connections: set[socket.socket] = set()
         self._httpd: _Server | None = None
@@ -445,7 +464,7 @@ class HubServer:
         httpd.hub = self
         self._httpd = httpd
         self.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-        self._thread = threading.Thread(target=httpd.serve_forever, name="hubserver", daemon=True)
+        self._thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), name="hubserver", daemon=True)
         self._thread.start()
         return self
 
@@ -522,6 +541,7 @@ class HubServer:
         get = ("GET", "HEAD")
         table = [
             (get, r"/api/whoami-v2", self._whoami),
+            (get, r"/api/agent-harnesses", self._agent_harnesses),
             (("POST",), r"/api/repos/create", self._create_repo),
             (("POST",), r"/api/repos/delete", self._delete_repo),
             (("POST",), r"/api/validate-yaml", self._validate_yaml),
@@ -615,12 +635,13 @@ class HubServer:
             return
         blob_dir = self.data_dir / "blobs"
         blob_dir.mkdir(parents=True, exist_ok=True)
-        for oid, data in self._blobs.items():
+        for oid in self._blobs.keys() - self._saved_blobs:
             target = blob_dir / oid
             if not target.exists():
                 tmp = target.with_suffix(".tmp")
-                tmp.write_bytes(data)
+                tmp.write_bytes(self._blobs[oid])
                 os.replace(tmp, target)
+            self._saved_blobs.add(oid)
         state = {"repos": []}
         for repo in self._repos.values():
             entry = asdict(repo)
@@ -650,6 +671,7 @@ class HubServer:
                 for oid in commit.files.values():
                     if oid not in self._blobs:
                         self._blobs[oid] = (self.data_dir / "blobs" / oid).read_bytes()  # type: ignore[operator]
+                        self._saved_blobs.add(oid)
 
     # -- store operations (call under the lock) ---------------------------------------
 
@@ -713,6 +735,10 @@ class HubServer:
             "orgs": [{"type": "org", "name": org, "fullname": org, "roleInOrg": "admin"} for org in orgs],
             "auth": {"type": "access_token", "accessToken": {"displayName": "test", "role": "write"}},
         })
+
+    def _agent_harnesses(self, req: Request) -> Response:
+        # huggingface_hub >= 2.4 fetches this registry (for progress-bar defaults): none registered here.
+        return _json_response({"standardEnvVars": [], "harnesses": {}})
 
     def _org_overview(self, req: Request, org: str) -> Response:
         org = unquote(org)
@@ -786,7 +812,7 @@ class HubServer:
 
     def _validate_yaml(self, req: Request) -> Response:
         # No YAML parser in the stdlib: only check that a front matter block is closed.
-        content = req.json().get("content", "")
+        content = str(req.json().get("content") or "")
         if content.startswith("---") and not re.search(r"^---\s*$", content[3:], re.MULTILINE):
             raise HubError(400, "Invalid metadata: unterminated YAML front matter")
         return _json_response({"errors": [], "warnings": []})
@@ -842,10 +868,7 @@ class HubServer:
 
     def _page(self, req: Request, items: list, size: int) -> Response:
         """One page of `items` (`?p=N`), with a Link header to the next one."""
-        try:
-            page = max(int(req.arg("p", "0") or 0), 0)
-        except ValueError:
-            raise HubError(400, "Invalid page")
+        page = req.page()
         chunk = items[page * size : (page + 1) * size]
         headers = {}
         if (page + 1) * size < len(items):
@@ -921,8 +944,8 @@ class HubServer:
                 gitignore = self._blobs[commit.files[".gitignore"]].decode("utf-8", "replace")
             ignored = _gitignore_matcher(gitignore or "")
             files = []
-            for f in body.get("files", []):
-                path = _clean_path(f.get("path"))
+            for f in body.get("files") or []:
+                path = _clean_path(f.get("path") if isinstance(f, dict) else None)
                 files.append({"path": path, "uploadMode": "regular", "shouldIgnore": ignored(path),
                               "oid": commit.files.get(path)})
         return _json_response({"files": files, "commitOid": commit.oid})
@@ -1142,8 +1165,7 @@ class HubServer:
                 and (status == "all" or d.status == status or (status == "open" and d.status == "draft"))
                 and (author is None or d.author == author)
             ]
-            page = max(int(req.arg("p", "0") or 0), 0)
-            start = page * DISCUSSIONS_PAGE_SIZE
+            start = req.page() * DISCUSSIONS_PAGE_SIZE
             return _json_response({
                 "discussions": [self._discussion_json(repo, d) for d in found[start : start + DISCUSSIONS_PAGE_SIZE]],
                 "count": len(found),
@@ -1186,7 +1208,7 @@ class HubServer:
         return _json_response(data)
 
     def _discussion_action(self, req: Request, plural: str, ns: str, name: str, num: str, action: str) -> Response:
-        body = req.json() or {}
+        body = req.json()
         with self._lock:
             repo = self._repo(req, plural, ns, name)
             d = repo.discussions.get(int(num))
