@@ -72,6 +72,7 @@ def abi_problems(so: Path) -> list[str]:
 
 
 def metadata_problems(variant: Path, meta: dict) -> list[str]:
+    compiled = not variant.name.startswith("torch-")
     problems = [f"metadata.json: missing required key `{k}`" for k in REQUIRED_KEYS if k not in meta]
     try:
         from kernels._rust import Metadata
@@ -86,7 +87,7 @@ def metadata_problems(variant: Path, meta: dict) -> list[str]:
         if commit is not None and not HEX_COMMIT.match(commit):
             problems.append(f"metadata.json: provenance.{part}.commit {commit!r} is not a full hex id")
     backend = meta.get("backend", {})
-    if backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
+    if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
         problems.append("metadata.json: backend.archs is empty")
     return problems
 

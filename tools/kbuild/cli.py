@@ -156,3 +156,7 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
         sys.exit(130)
+
+
+from .cli_matrix import register  # noqa: E402  (build-all, envs)
+register(app)

@@ -49,11 +49,11 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
     if plan.cuda:
-        first_archs = next(iter(plan.kernel_archs.values()), ["7.5"])
-        from .generate import cmake_arch
+        # One arch for CMake's own probe compiles (each kernel target sets its full list).
+        probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
         args += [f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}",
-                 "-DCMAKE_CUDA_ARCHITECTURES=" + ";".join(cmake_arch(c) for c in first_archs)]
+                 "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
         if launcher:
             args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}")
     return args

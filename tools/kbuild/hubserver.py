@@ -31,7 +31,7 @@ from fnmatch import fnmatchcase
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qs, quote, unquote, urlencode
+from urllib.parse import parse_qs, unquote, urlencode
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,8 @@ def _clean_path(path: Any) -> str:
     if not isinstance(path, str):
         raise HubError(400, "Invalid path")
     parts = path.split("/")
-    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git":
+    bad_part = any(p in ("", ".", "..") for p in parts) or parts[0] == ".git"
+    if not path or path.startswith("/") or "\\" in path or bad_part:
         raise HubError(400, f"Invalid path: {path!r}")
     return path
 
@@ -616,7 +617,8 @@ class HubServer:
     def _split_rev(rest: str) -> tuple[str, str]:
         """Split `<rev>[/<path>]` (raw). The rev is one %2F-encoded segment, or an unencoded `refs/x/y`."""
         segments = rest.split("/")
-        n = 3 if len(segments) >= 3 and segments[0] == "refs" and segments[1] in ("heads", "tags", "pr", "convert") else 1
+        is_ref = len(segments) >= 3 and segments[0] == "refs" and segments[1] in ("heads", "tags", "pr", "convert")
+        n = 3 if is_ref else 1
         rev = "/".join(unquote(s) for s in segments[:n])
         path = "/".join(unquote(s) for s in segments[n:])
         return rev, path.strip("/")
@@ -854,7 +856,9 @@ class HubServer:
                     {"name": b, "ref": f"refs/heads/{b}", "targetCommit": oid}
                     for b, oid in sorted(repo.branches.items(), key=lambda kv: (kv[0] != DEFAULT_BRANCH, kv[0]))
                 ],
-                "tags": [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": oid} for t, oid in sorted(repo.tags.items())],
+                "tags": [
+                    {"name": t, "ref": f"refs/tags/{t}", "targetCommit": oid} for t, oid in sorted(repo.tags.items())
+                ],
                 "converts": [],
             }
             if req.flag("include_prs"):
@@ -961,8 +965,10 @@ class HubServer:
             try:
                 item = json.loads(line)
                 key, value = item["key"], item["value"]
+                if not isinstance(value, dict):
+                    raise TypeError
             except (ValueError, KeyError, TypeError):
-                raise HubError(400, "Invalid commit payload: each line must be {key, value}")
+                raise HubError(400, "Invalid commit payload: each line must be {key, value: {...}}")
             if key == "header":
                 header = value
             elif key == "file":
@@ -1086,11 +1092,7 @@ class HubServer:
                 body = req.json()
                 if branch in repo.branches:
                     raise HubError(409, f"Branch {branch} already exists")
-                start = body.get("startingPoint") or DEFAULT_BRANCH
-                oid = self._resolve_rev(repo, start)
-                if body.get("emptyBranch"):
-                    oid = self._new_commit(repo, [], {}, "empty branch", "", self.user).oid
-                repo.branches[branch] = oid
+                repo.branches[branch] = self._resolve_rev(repo, str(body.get("startingPoint") or DEFAULT_BRANCH))
             self._save()
         return _json_response({})
 
@@ -1152,12 +1154,16 @@ class HubServer:
                     raise HubError(400, "A title is required")
                 is_pr = bool(body.get("pullRequest"))
                 head = repo.branches[DEFAULT_BRANCH] if is_pr else None
-                num = self._open_pr(repo, title, str(body.get("description") or ""), base=DEFAULT_BRANCH if is_pr else None,
-                                    start=head, status="draft" if is_pr else "open", is_pr=is_pr)
+                # An API-opened PR starts as a draft at the head of main; its first commit opens it.
+                num = self._open_pr(
+                    repo, title, str(body.get("description") or ""), base=DEFAULT_BRANCH if is_pr else None,
+                    start=head, status="draft" if is_pr else "open", is_pr=is_pr,
+                )
                 if is_pr:
                     repo.pr_refs[num] = head  # type: ignore[assignment]
                 self._save()
-                return _json_response({"num": num, "pullRequest": is_pr, "url": f"{self._repo_url(req, repo)}/discussions/{num}"})
+                url = f"{self._repo_url(req, repo)}/discussions/{num}"
+                return _json_response({"num": num, "pullRequest": is_pr, "url": url})
             kind, status, author = req.arg("type", "all"), req.arg("status", "all"), req.arg("author")
             found = [
                 d for d in sorted(repo.discussions.values(), key=lambda d: -d.num)

@@ -445,8 +445,9 @@ def test_http_semantics(hub, api):
     assert ("GET", "/api/does-not-exist") in hub.unknown_routes
 
     # A chunked request body is read whole; malformed framing is a 400.
-    conn.request("POST", "/api/validate-yaml", body=iter([b'{"content": "---\\nlicense: mit\\n---\\n",', b' "repoType": "kernel"}']),
-                 encode_chunked=True, headers={"Content-Type": "application/json"})
+    chunks = [b'{"content": "---\\nlicense: mit\\n---\\n",', b' "repoType": "kernel"}']
+    conn.request("POST", "/api/validate-yaml", body=iter(chunks), encode_chunked=True,
+                 headers={"Content-Type": "application/json"})
     chunked = conn.getresponse()
     assert chunked.status == 200 and json.loads(chunked.read()) == {"errors": [], "warnings": []}
     bad, _ = raw_request(hub, "POST", "/api/validate-yaml", headers={"Content-Length": "x"})

@@ -68,22 +68,66 @@ struct BF16 {
   static uint16_t store(float v) { return float_to_bf16(v); }
 };
 
-// All math in float32, rounded once to the storage type (as PyTorch does).
+// Branch-free float math, so that GCC vectorises the loops below.
+
+// exp(x), Cephes' polynomial after reduction by ln 2 (about 2 ulp); the
+// argument is clamped to [-87, 88], which keeps 2^n a normal float.
+inline float exp_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float t = x * 1.44269504088896341f;
+  const int n = static_cast<int>(t + std::copysign(0.5f, t));
+  const float fn = static_cast<float>(n);
+  const float r = (x - fn * 0.693359375f) + fn * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * bits_to_float(static_cast<uint32_t>(n + 127) << 23);
+}
+
+// erfc(z) for z >= 0 (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7).
+inline float erfc_nonneg(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  return t * exp_approx(p - z * z);
+}
+
+// 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)): no cancellation for negative x.
 struct GeluFast {
   float operator()(float x) const {
-    return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * x * (1.0f + 0.044715f * x * x)));
+    const float u = 0.7978845608028654f * x * (1.0f + 0.044715f * x * x);
+    return x / (1.0f + exp_approx(-2.0f * u));
   }
 };
 struct GeluTanh {
   float operator()(float x) const {
-    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + std::tanh(inner));
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return x / (1.0f + exp_approx(-2.0f * u));
   }
 };
+// 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2).
 struct Gelu {
-  float operator()(float x) const { return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f)); }
+  float operator()(float x) const {
+    const float c = erfc_nonneg(std::fabs(x) * 0.7071067811865476f);
+    const float pos = 2.0f - c;
+    return 0.5f * x * (x >= 0.0f ? pos : c);
+  }
 };
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+struct Silu {
+  float operator()(float x) const { return x / (1.0f + exp_approx(-x)); }
+};
 
 // Visits the flat output range [begin, end) one row segment at a time.
 template <typename F>
@@ -98,15 +142,24 @@ void for_segments(const ActShape& s, int64_t begin, int64_t end, F&& f) {
   }
 }
 
+constexpr int64_t kChunk = 256;  // floats per staging buffer
+
+// Each segment goes through float buffers: convert in, math (vectorised), convert out.
 template <typename D, typename Op>
 void unary(void* out, const void* in, const ActShape& s, int64_t begin, int64_t end) {
   auto* o = static_cast<typename D::T*>(out);
   const auto* x = static_cast<const typename D::T*>(in);
   const Op op;
+  float buf[kChunk];
   for_segments(s, begin, end, [&](int64_t r, int64_t c, int64_t stop) {
     typename D::T* orow = o + r * s.out_stride;
     const typename D::T* xrow = x + r * s.in_stride;
-    for (int64_t k = c; k < stop; ++k) orow[k] = D::store(op(D::load(xrow[k])));
+    for (int64_t k0 = c; k0 < stop; k0 += kChunk) {
+      const int64_t m = std::min(kChunk, stop - k0);
+      for (int64_t k = 0; k < m; ++k) buf[k] = D::load(xrow[k0 + k]);
+      for (int64_t k = 0; k < m; ++k) buf[k] = op(buf[k]);
+      for (int64_t k = 0; k < m; ++k) orow[k0 + k] = D::store(buf[k]);
+    }
   });
 }
 
@@ -115,13 +168,19 @@ template <typename D>
 void silu_and_mul(void* out, const void* in, const ActShape& s, int64_t begin, int64_t end) {
   auto* o = static_cast<typename D::T*>(out);
   const auto* x = static_cast<const typename D::T*>(in);
+  const Silu silu;
+  float g[kChunk], u[kChunk];
   for_segments(s, begin, end, [&](int64_t r, int64_t c, int64_t stop) {
     typename D::T* orow = o + r * s.out_stride;
     const typename D::T* gate = x + r * s.in_stride;
     const typename D::T* up = gate + s.d;
-    for (int64_t k = c; k < stop; ++k) {
-      const float g = D::load(D::store(silu(D::load(gate[k]))));
-      orow[k] = D::store(g * D::load(up[k]));
+    for (int64_t k0 = c; k0 < stop; k0 += kChunk) {
+      const int64_t m = std::min(kChunk, stop - k0);
+      for (int64_t k = 0; k < m; ++k) g[k] = D::load(gate[k0 + k]);
+      for (int64_t k = 0; k < m; ++k) u[k] = D::load(up[k0 + k]);
+      for (int64_t k = 0; k < m; ++k) g[k] = silu(g[k]);
+      for (int64_t k = 0; k < m; ++k) g[k] = D::load(D::store(g[k])) * u[k];
+      for (int64_t k = 0; k < m; ++k) orow[k0 + k] = D::store(g[k]);
     }
   });
 }

