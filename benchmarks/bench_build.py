@@ -4,7 +4,10 @@ For each variant (CPU on this interpreter's torch; CUDA on a torch 2.14.1 cu130 
 a cold build, a no-op rebuild, and a rebuild after touching the .cu (or the CPU kernel).
 Compiler caches are disabled so cold means cold. Prints a table and writes JSON.
 
-    .venv/bin/python benchmarks/bench_build.py [--cuda] [--out docs/bench_build.json]
+    .venv/bin/python benchmarks/bench_build.py [--cuda] [--repeat 3] [--out docs/bench_build.json]
+
+Each figure is the median of --repeat rounds, ours and cpp_extension interleaved so that
+background load hits both alike.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +57,7 @@ def copy_project(dst: Path) -> Path:
 
 
 def bench_kbuild(python: str, backend: str, tmp: Path) -> dict:
-    project = copy_project(tmp / f"kb-{backend}")
+    project = copy_project(tmp / "kbuild")
     kbuild = [sys.executable, "-m", "kbuild", "build", str(project), "--backend", backend,
               "--python", python]
     env = {"KBUILD_COMPILER_CACHE": "none"}
@@ -66,11 +70,11 @@ def bench_kbuild(python: str, backend: str, tmp: Path) -> dict:
 
 
 def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
-    project = copy_project(tmp / f"ce-{backend}")
-    gen = tmp / f"gen-{backend}"
+    project = copy_project(tmp / "cpp_extension")
+    gen = tmp / "gen"
     gen.mkdir()
     shutil.copy(REPO / "tools/kbuild/resources/templates/registration.h", gen)
-    build = tmp / f"ce-build-{backend}"
+    build = tmp / "ce-build"
     build.mkdir()
     script = tmp / "cppext.py"
     script.write_text(CPP_EXT)
@@ -90,6 +94,7 @@ def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cuda", action="store_true", help="also the CUDA variant (torch 2.14.1 cu130)")
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "bench_build.json")
     args = ap.parse_args()
     runs = [("cpu", sys.executable)]
@@ -98,12 +103,16 @@ def main() -> None:
         cuda_python = str(testenv.ensure_cuda_env(REPO))
         subprocess.run([cuda_python, "-m", "pip", "install", "-q", "ninja"], check=True)
         runs.append(("cuda", cuda_python))
-    results = {"machine": {"cpus": os.cpu_count()}, "variants": {}}
+    results = {"machine": {"cpus": os.cpu_count()}, "repeat": args.repeat, "variants": {}}
     for backend, python in runs:
-        with tempfile.TemporaryDirectory() as tmp:
-            ours = bench_kbuild(python, backend, Path(tmp))
-            theirs = bench_cpp_extension(python, backend, Path(tmp))
-        results["variants"][backend] = {"kbuild": ours, "cpp_extension": theirs}
+        rounds: dict[str, list[dict]] = {"kbuild": [], "cpp_extension": []}
+        for _ in range(args.repeat):
+            for name, bench in (("kbuild", bench_kbuild), ("cpp_extension", bench_cpp_extension)):
+                with tempfile.TemporaryDirectory() as tmp:
+                    rounds[name].append(bench(python, backend, Path(tmp)))
+        results["variants"][backend] = {
+            name: {step: statistics.median(r[step] for r in runs_) for step in runs_[0]}
+            | {"rounds": runs_} for name, runs_ in rounds.items()}
     print(f"{'variant':8} {'step':16} {'kbuild s':>9} {'cpp_ext s':>10} {'ratio':>7}")
     for backend, r in results["variants"].items():
         for step in ("cold_s", "noop_s", "touch_kernel_s"):

@@ -62,19 +62,20 @@ def sccache_stats(sccache: str, env: dict) -> dict:
             "compile_requests": stats["compile_requests"]}
 
 
-def ninja_seconds(project: Path, variant: str) -> dict:
-    """Seconds spent per kind of step in the variant's last ninja run (nvcc / c++ / link)."""
+def ninja_lines(project: Path, variant: str) -> int:
     log = project / ".kbuild" / variant / "cmake-build" / ".ninja_log"
-    if not log.is_file():
-        return {}
-    last: dict[str, tuple[int, int]] = {}
-    for line in log.read_text().splitlines()[1:]:
-        start, end, _, output, _ = line.split("\t")
-        last[output] = (int(start), int(end))
+    return len(log.read_text().splitlines()) if log.is_file() else 1
+
+
+def ninja_seconds(project: Path, variant: str, skip: int) -> dict:
+    """Seconds per kind of step (nvcc / c++ / link) that ninja ran after line `skip` of its log."""
+    log = project / ".kbuild" / variant / "cmake-build" / ".ninja_log"
     kinds = {"nvcc": 0.0, "c++": 0.0, "link": 0.0}
-    for output, (start, end) in last.items():
+    lines = log.read_text().splitlines()[max(1, skip):] if log.is_file() else []
+    for line in lines:
+        start, end, _, output, _ = line.split("\t")
         kind = "nvcc" if output.endswith(".cu.o") else "link" if output.endswith(".so") else "c++"
-        kinds[kind] += (end - start) / 1000
+        kinds[kind] += (int(end) - int(start)) / 1000
     return {k: round(v, 2) for k, v in kinds.items()}
 
 
@@ -109,6 +110,9 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
             "SCCACHE_SERVER_PORT": str(free_port()), "KBUILD_COMPILER_CACHE": sccache}
     only = ["--only", ",".join(envs)]
     runs = {}
+    sys.path.insert(0, str(REPO / "tools"))
+    from kbuild import matrix
+    mx = matrix.load(project)
 
     def fresh_cache(tag: str) -> dict:
         subprocess.run([sccache, "--stop-server"], capture_output=True, env={**os.environ, **base})
@@ -120,13 +124,16 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
 
     def build_all(tag: str, env: dict, jobs: int, extra: list[str] = ()) -> None:
         subprocess.run([sccache, "--zero-stats"], capture_output=True, env={**os.environ, **env})
+        variants = {name: mx.get(name).variant() for name in envs}
+        before = {v: ninja_lines(project, v) for v in variants.values()}
         wall, summary, _ = kbuild(["build-all", str(project), *only, "--jobs", str(jobs), *extra],
                                   env, builder)
         runs[tag] = {"jobs": jobs, "wall_s": round(wall, 1), "sccache": sccache_stats(sccache, env),
                      "variants": {r["variant"]: {"status": r["status"],
                                                  "build_s": round(r["build_seconds"], 1),
                                                  "so_bytes": r["so_bytes"],
-                                                 "steps_s": ninja_seconds(project, r["variant"])}
+                                                 "steps_s": ninja_seconds(project, r["variant"],
+                                                                          before[r["variant"]])}
                                   for r in summary["results"]}}
         print(f"{label}/{tag}: {wall:.1f}s", flush=True)
 

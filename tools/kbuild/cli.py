@@ -160,3 +160,5 @@ def main() -> None:
 
 from .cli_matrix import register  # noqa: E402  (build-all, envs)
 register(app)
+from .cli_publish import register as register_publish  # noqa: E402
+register_publish(app)

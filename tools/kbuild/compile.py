@@ -44,7 +44,9 @@ def compiler_launcher() -> str | None:
 def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
-            f"-DCMAKE_CXX_COMPILER={find_cxx()}"]
+            f"-DCMAKE_CXX_COMPILER={find_cxx()}",
+            # Skip CMake's probe compiles (ABI/feature detection): the plan supplies all flags.
+            "-DCMAKE_CXX_COMPILER_FORCED=ON"]
     launcher = compiler_launcher()
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
@@ -52,7 +54,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
         # One arch for CMake's own probe compiles (each kernel target sets its full list).
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
         args += [f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
-                 f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}",
+                 f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
                  "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
         if launcher:
             args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}")

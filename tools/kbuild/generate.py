@@ -46,7 +46,8 @@ def cmake_arch(cap: str) -> str:
 def torch_libs(plan: VariantPlan) -> list[str]:
     lib = Path(plan.env.lib_dir)
     names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"] if plan.backend == "cuda" else [])
-    return [str(lib / f"lib{n}.so") for n in names]
+    libs = [str(lib / f"lib{n}.so") for n in names]
+    return libs + ([plan.cuda.cudart] if plan.cuda else [])
 
 
 def plan_cmake(plan: VariantPlan) -> str:

@@ -120,6 +120,17 @@ class CudaToolkit:
         return caps
 
     @cached_property
+    def cudart(self) -> str:
+        """The shared CUDA runtime to link (torch loads the same soname at run time)."""
+        for pattern in ("lib64/libcudart.so", "lib/libcudart.so", "targets/*/lib/libcudart.so",
+                        "lib64/libcudart.so.*", "lib/libcudart.so.*", "targets/*/lib/libcudart.so.*"):
+            found = sorted(self.root.glob(pattern))
+            if found:
+                return str(found[0])
+        raise BuildError(f"no libcudart.so in the CUDA toolkit at {self.root}",
+                         hint="install the CUDA runtime development files (cudart) of this toolkit")
+
+    @cached_property
     def include_dirs(self) -> list[str]:
         """The toolkit's own include dirs, as nvcc itself reports them."""
         return _nvcc_layout(self.nvcc)[1]

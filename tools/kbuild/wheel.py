@@ -1,0 +1,191 @@
+"""Stage: publish — one installable wheel per variant (`kbuild to-wheel`).
+
+`kernels` dropped its `to-wheel` after 0.11.3; this is ours. A variant folder is already a
+flat, relatively-importing package, so the wheel just installs it as `<module>/` (the kernel's
+module name, e.g. `img2gray`): `import img2gray` runs `_ops.py`, which imports the
+`<id>.abi3.so` as `img2gray.<id>`; its static initialisers register `torch.ops.<id>`.
+
+Naming, so that several variants of one kernel can sit in one folder and pip can choose:
+
+    img2gray-1.0.0+torch213cpu-cp39-abi3-manylinux_2_28_x86_64.whl   compiled, Requires-Dist torch==2.13.*
+    img2gray-1.0.0+cuda-py3-none-any.whl                              noarch torch-cuda, Requires-Dist torch
+
+The zip is written directly (sorted entries, fixed timestamps, sha256 RECORD), so the same
+variant always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .assemble import METADATA
+from .check import digest_problems
+from .errors import BuildError
+
+PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
+MANYLINUX = "manylinux_2_28"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+_VERSIONED = re.compile(r"^torch(?P<mm>\d{2,})(?:-cxx(?P<cxx>\d+))?-(?P<compute>[a-z0-9]+)"
+                        r"-(?P<cpu>x86_64|aarch64)-(?P<os>linux|darwin|windows)$")
+_STABLE = re.compile(r"^torch-stable-abi(?P<mm>\d{2,})-(?P<compute>[a-z0-9]+)"
+                     r"-(?P<cpu>x86_64|aarch64)-(?P<os>linux|darwin|windows)$")
+_NOARCH = re.compile(r"^torch-(?P<backend>[a-z0-9]+)$")
+
+
+@dataclass(frozen=True)
+class WheelTags:
+    local: str  # local version label, e.g. torch213cpu
+    python: str
+    abi: str
+    platform: str
+    torch_requirement: str
+    purelib: bool
+
+    @property
+    def tag(self) -> str:
+        return f"{self.python}-{self.abi}-{self.platform}"
+
+
+def _torch_version(mm: str) -> str:
+    return f"{mm[0]}.{mm[1:]}"  # torch213 -> 2.13
+
+
+def _platform(cpu: str, os_name: str) -> str:
+    if os_name == "linux":
+        return f"{MANYLINUX}_{cpu}"
+    if os_name == "darwin":
+        return f"macosx_11_0_{'arm64' if cpu == 'aarch64' else cpu}"
+    return "win_amd64" if cpu == "x86_64" else "win_arm64"
+
+
+def wheel_tags(variant: str) -> WheelTags:
+    """Tags, local label and torch requirement of the variant folder name `variant`."""
+    if m := _STABLE.match(variant):
+        return WheelTags(f"stableabi{m['mm']}{m['compute']}", PYTHON_TAG, "abi3",
+                         _platform(m["cpu"], m["os"]), f"torch>={_torch_version(m['mm'])}", False)
+    if m := _VERSIONED.match(variant):
+        return WheelTags(f"torch{m['mm']}{m['compute']}", PYTHON_TAG, "abi3",
+                         _platform(m["cpu"], m["os"]), f"torch=={_torch_version(m['mm'])}.*", False)
+    if m := _NOARCH.match(variant):
+        return WheelTags(m["backend"], "py3", "none", "any", "torch", True)
+    raise BuildError(f"cannot make a wheel of variant {variant!r}: not a torch variant name",
+                     hint="expected torch<MAJ><MIN>-cxx11-<compute>-<cpu>-<os>, "
+                          "torch-stable-abi<MAJ><MIN>-..., or torch-<backend>")
+
+
+def _python_requirements(meta: dict) -> list[str]:
+    """PyPI names of metadata `python-depends` (kernels' own table; the name itself otherwise)."""
+    table: dict = {}
+    try:
+        from importlib import resources
+        table = json.loads((resources.files("kernels") / "python_depends.json").read_text())
+    except Exception:  # kernels missing or its table moved: fall back to the names
+        pass
+    backend = meta.get("backend", {}).get("type", "")
+    known = {**table.get("general", {}), **table.get("backends", {}).get(backend, {})}
+    out = []
+    for dep in meta.get("python-depends", []):
+        pkgs = [p["pkg"] for p in known.get(dep, {}).get("python", [])] or [dep]
+        out += [p for p in pkgs if p not in out]
+    return out
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _variant_files(variant: Path) -> list[Path]:
+    return sorted(p for p in variant.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.relative_to(variant).parts
+                  and p.suffix != ".pyc")
+
+
+def read_metadata(variant: Path) -> dict:
+    path = variant / METADATA
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BuildError("not a kernel variant (no metadata.json)", file=variant,
+                         hint="point to a build folder made by `kbuild build` or a Hub kernel repo") from None
+    except ValueError as e:
+        raise BuildError(f"metadata.json is not valid JSON: {e}", file=path) from None
+    for key in ("name", "version"):
+        if key not in meta:
+            raise BuildError("required key is missing", file=path, key=key)
+    return meta
+
+
+def build_wheel(variant: Path, out_dir: Path) -> Path:
+    """Writes the wheel of one variant folder into `out_dir` and returns its path."""
+    variant = variant.resolve()
+    meta = read_metadata(variant)
+    if "digest" in meta:  # a variant whose files no longer match its digest is not shipped
+        problems = digest_problems(variant, meta)
+        if problems:
+            raise BuildError("; ".join(problems), file=variant / METADATA,
+                             hint="rebuild the variant (`kbuild build`)")
+    tags = wheel_tags(variant.name)
+    name = str(meta["name"])
+    module = name.replace("-", "_")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", module):
+        raise BuildError(f"kernel name {name!r} is not importable as a package", file=variant / METADATA,
+                         key="name")
+    version = f"{int(meta['version'])}.0.0+{tags.local}"
+    dist = re.sub(r"[-_.]+", "_", name).lower()
+    dist_info = f"{dist}-{version}.dist-info"
+    compiled = any(p.suffix == ".so" or p.name.endswith(".pyd") for p in variant.iterdir())
+    if compiled and tags.purelib:
+        raise BuildError(f"noarch variant {variant.name} contains a compiled extension", file=variant)
+
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             f"Summary: The {name} kernel ({variant.name}), packaged by pixi-kernel-builder"]
+    if meta.get("license"):
+        lines.append(f"License: {meta['license']}")
+    for key, label in (("upstream", "Source"), ("source", "Source")):
+        if meta.get(key):
+            lines.append(f"Project-URL: {label}, {meta[key]}")
+    lines.append("Requires-Python: >=3.9")
+    lines += [f"Requires-Dist: {r}" for r in [tags.torch_requirement, *_python_requirements(meta)]]
+    metadata_text = "\n".join(lines) + "\n"
+    wheel_text = (f"Wheel-Version: 1.0\nGenerator: pixi-kernel-builder ({__version__})\n"
+                  f"Root-Is-Purelib: {'true' if tags.purelib else 'false'}\nTag: {tags.tag}\n")
+
+    entries: list[tuple[str, bytes, int]] = []
+    for path in _variant_files(variant):
+        rel = path.relative_to(variant).as_posix()
+        mode = 0o755 if path.suffix in (".so", ".pyd", ".dylib") else 0o644  # not the cache's modes
+        entries.append((f"{module}/{rel}", path.read_bytes(), mode))
+    entries.append((f"{dist_info}/METADATA", metadata_text.encode(), 0o644))
+    entries.append((f"{dist_info}/WHEEL", wheel_text.encode(), 0o644))
+    record = "".join(f"{arc},{_record_hash(data)},{len(data)}\n" for arc, data, _ in entries)
+    record += f"{dist_info}/RECORD,,\n"
+    entries.append((f"{dist_info}/RECORD", record.encode(), 0o644))
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{dist}-{version}-{tags.tag}.whl"
+    tmp = target.with_name(f".{target.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for arc, data, mode in entries:
+            info = zipfile.ZipInfo(arc, date_time=ZIP_DATE)
+            info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    tmp.replace(target)
+    return target
+
+
+def kernel_depends_note(variant: Path) -> str | None:
+    deps = read_metadata(variant).get("kernel-depends") or []
+    if not deps:
+        return None
+    names = ", ".join(str(d.get("repo-id", d)) for d in deps)
+    return (f"{variant.name}: kernel-depends ({names}) cannot be expressed as wheel requirements; "
+            "load those kernels with `kernels`")

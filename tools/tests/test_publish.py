@@ -1,0 +1,534 @@
+"""`kbuild upload` against the test Hub server, consumed by the real `kernels` clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx2
+import pytest
+from huggingface_hub import CommitOperationAdd, HfApi
+from huggingface_hub.errors import HfHubHTTPError
+
+from conftest import copy_project
+from kbuild import pipeline, publish
+from kbuild.errors import BuildError
+from kbuild.hubserver import HubServer
+
+TOKEN = "hf_publish_test_token_5f1c"
+REPO = "kernels-test/img2gray"  # build.toml's [general.hub] repo-id; an org, so the trust check works
+
+
+# ----------------------------------------------------------------------------- builds and copies
+
+
+def _build(root: Path, *, version: int = 1, marker: str | None = None) -> Path:
+    project = copy_project(root)
+    if version != 1:
+        toml = project / "build.toml"
+        toml.write_text(toml.read_text().replace("version = 1", f"version = {version}", 1))
+    if marker is not None:  # changes the source, hence the kernel id and the .so name
+        init = project / "torch-ext" / "img2gray" / "__init__.py"
+        init.write_text(init.read_text() + f"\nKERNEL_MARKER = {marker!r}\n")
+    pipeline.build(project, backends=["cpu"])
+    return project
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory):
+    """Built copies of img2gray, made once per session: builds(key, version=, marker=)."""
+    cache: dict[str, Path] = {}
+
+    def get(key: str = "base", **kw) -> Path:
+        if key not in cache:
+            cache[key] = _build(tmp_path_factory.mktemp(f"build-{key}") / "img2gray", **kw)
+        return cache[key]
+    return get
+
+
+def fresh_copy(built: Path, dst: Path) -> Path:
+    """A writable copy of a built project (sources + build/), outside git."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for part in ("build.toml", "csrc", "torch-ext", "build"):
+        src = built / part
+        if src.is_dir():
+            shutil.copytree(src, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / part)
+    return dst
+
+
+@pytest.fixture
+def proj(builds, tmp_path) -> Path:
+    return fresh_copy(builds(), tmp_path / "img2gray")
+
+
+def variant_of(project: Path) -> Path:
+    (variant,) = [p for p in (project / "build").iterdir() if p.is_dir()]
+    return variant
+
+
+@pytest.fixture
+def hub():
+    with HubServer(token=TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def api(hub):
+    return HfApi(endpoint=hub.url, token=TOKEN)
+
+
+def do_upload(hub: HubServer, project: Path, **kw) -> tuple[publish.UploadResult, list[str]]:
+    """In-process upload (no load check: the CLI tests cover it), fast backoff."""
+    logs: list[str] = []
+    kw.setdefault("load", False)
+    result = publish.upload(project, endpoint=hub.url, token=TOKEN, backoff=0.01,
+                            log=logs.append, warn=logs.append, **kw)
+    return result, logs
+
+
+def client_env(hub: HubServer, tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE_", "KERNELS_"))}
+    env.pop("LOCAL_KERNELS", None)
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf_home"))
+    if token:
+        env["HF_TOKEN"] = token
+    return env
+
+
+def kbuild_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def kernels_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "kernels"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+
+
+CHECK_OP = """\
+import torch
+
+
+def check(k):
+    x = torch.randint(0, 256, (7, 9, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    ref = (x.float()[..., 0] * 0.21 + x.float()[..., 1] * 0.72 + x.float()[..., 2] * 0.07).to(torch.uint8)
+    assert torch.equal(k.img2gray(x), ref)
+    print("OK", k.__name__, getattr(k, "KERNEL_MARKER", None))
+"""
+
+
+def script(body: str) -> str:
+    """`body` (dedented) after a `check(k)` that runs the op against the PyTorch reference."""
+    return CHECK_OP + textwrap.dedent(body)
+
+
+def writes(requests: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Requests that could change the server (POSTs that only read are left out)."""
+    return [r for r in requests if r[0] not in ("GET", "HEAD")
+            and not any(p in r[1] for p in ("/paths-info/", "/api/validate-yaml"))]
+
+
+def v1_files(hub: HubServer, revision: str = "v1") -> dict[str, bytes]:
+    return hub.files(REPO, revision=revision)
+
+
+# ----------------------------------------------------------------------------- upload + consumers
+
+
+def test_cli_upload_then_get_kernel_versions_info_and_trust(hub, proj, tmp_path):
+    (proj / "benchmarks").mkdir()
+    (proj / "benchmarks" / "benchmark_img2gray.py").write_text("# a benchmark script\n")
+    (proj / "benchmarks" / "helper.py").write_text("# not uploaded\n")
+    env = client_env(hub, tmp_path)
+    summary = tmp_path / "out" / "upload.json"
+    result = kbuild_cli("upload", proj, "--output-json", summary, env=env)
+    assert result.returncode == 0, result.stderr
+    assert TOKEN not in result.stdout + result.stderr
+
+    data = json.loads(summary.read_text())
+    variant = variant_of(proj).name
+    head = hub.repo_commits(REPO, branch="v1")[0]
+    assert data["status"] == "uploaded" and data["repo_id"] == REPO and data["branch"] == "v1"
+    assert data["commit"] == head and data["url"].endswith(f"/kernels/{REPO}/commit/{head}")
+    assert data["pr_url"] is None and data["deleted"] == [] and data["unchanged"] == []
+    assert sorted(data["added"]) == sorted(
+        [f"build/{variant}/{p.name}" for p in variant_of(proj).iterdir()] + ["benchmarks/benchmark_img2gray.py"])
+    assert len(hub.repo_commits(REPO, branch="v1")) == 2  # initial + exactly one upload commit
+
+    files = v1_files(hub)
+    for p in variant_of(proj).iterdir():
+        assert files[f"build/{variant}/{p.name}"] == p.read_bytes()
+    assert "benchmarks/helper.py" not in files
+    # The generated card is README.md on main: functions, variants, how to load.
+    readme = hub.files(REPO)["README.md"].decode()
+    assert readme.startswith("---\nlicense: apache-2.0\n")
+    assert "`img2gray(image: torch.Tensor) -> torch.Tensor`" in readme and "img2gray_out" in readme
+    assert f"- `{variant}`" in readme and f'get_kernel("{REPO}", version=1)' in readme
+    assert "README.md" not in files  # the version branch was cut from main before the card
+
+    loaded = run_python(script(f"""
+        import kernels
+        check(kernels.get_kernel("{REPO}", version=1))
+        print("HAS", kernels.has_kernel("{REPO}", version=1))
+        """), env)
+    assert loaded.returncode == 0, loaded.stderr
+    assert "OK _img2gray_cpu_" in loaded.stdout and "HAS True" in loaded.stdout
+    assert ("GET", "/api/organizations/kernels-test/overview", 200) in hub.requests
+
+    versions = kernels_cli("versions", REPO, env=env)
+    assert versions.returncode == 0, versions.stderr
+    assert "Version 1" in versions.stdout and variant in versions.stdout
+    info = kernels_cli("info", REPO, "--version", "1", "--json", env=env)
+    assert info.returncode == 0, info.stderr
+    described = json.loads(info.stdout)
+    assert described["name"] == "img2gray" and described["version"] == 1 and described["backends"] == ["cpu"]
+
+    # Untrusted publisher: refused unless trust_remote_code=True.
+    hub.trusted_publisher = False
+    env["HF_HOME"] = str(tmp_path / "hf_home_untrusted")
+    untrusted = run_python(script(f"""
+        import kernels
+        try:
+            kernels.get_kernel("{REPO}", version=1)
+        except ValueError as e:
+            print("REFUSED", e)
+        check(kernels.get_kernel("{REPO}", version=1, trust_remote_code=True))
+        """), env)
+    assert untrusted.returncode == 0, untrusted.stderr
+    assert "REFUSED Kernel repository 'kernels-test/img2gray' is not from a trusted publisher" in untrusted.stdout
+    assert "OK _img2gray_cpu_" in untrusted.stdout
+    assert not hub.unknown_routes
+
+
+def test_lock_download_and_offline_load(hub, proj, tmp_path):
+    result, _ = do_upload(hub, proj)
+    consumer = tmp_path / "consumer"
+    consumer.mkdir()
+    (consumer / "pyproject.toml").write_text(
+        f'[project]\nname = "consumer"\nversion = "0.1"\n\n[tool.kernels.dependencies]\n"{REPO}" = 1\n')
+    env = client_env(hub, tmp_path, token=None)
+    locked = kernels_cli("lock", str(consumer), env=env)
+    assert locked.returncode == 0, locked.stderr
+    lock = json.loads((consumer / "kernels.lock").read_text())
+    assert lock == [{"dependency": {"repo-id": REPO, "version": 1}, "lock": {"commit": result.commit}}]
+    downloaded = kernels_cli("download", str(consumer), env=env)
+    assert downloaded.returncode == 0, downloaded.stderr
+    # Sharp edge (spec §7): with huggingface_hub >= 1.26 an offline load needs the whole
+    # snapshot of the locked commit cached, not just the variant `kernels download` fetched.
+    full = subprocess.run([str(Path(sys.executable).parent / "hf"), "download", REPO, "--repo-type", "kernel",
+                           "--revision", result.commit], env=env, capture_output=True, text=True, timeout=120)
+    assert full.returncode == 0, full.stderr
+
+    hub.stop()
+    env["HF_HUB_OFFLINE"] = "1"
+    offline = run_python(script(f"""
+        from pathlib import Path
+        import kernels
+        lockfile = Path({str(consumer / 'kernels.lock')!r})
+        check(kernels.load_kernel("{REPO}", lockfile=lockfile))
+        check(kernels.get_locked_kernel("{REPO}", lockfile=lockfile))
+        """), env)
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.count("OK _img2gray_cpu_") == 2
+
+
+def test_second_major_version_and_stale_variant_files(hub, builds, tmp_path, api):
+    v1 = fresh_copy(builds(), tmp_path / "v1")
+    first, _ = do_upload(hub, v1)
+    old_so = next(p.name for p in variant_of(v1).iterdir() if p.suffix == ".so")
+
+    # The same version rebuilt from changed sources: a new kernel id, so a new .so name.
+    # A file nobody builds any more sits in the variant folder; another variant is not ours.
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray", operations=[
+        CommitOperationAdd(f"build/{variant_of(v1).name}/stale.txt", b"old"),
+        CommitOperationAdd("build/torch212-cxx11-cpu-x86_64-linux/metadata.json", b"{}"),
+    ])
+    changed = fresh_copy(builds("marked", marker="v1b"), tmp_path / "v1b")
+    new_so = next(p.name for p in variant_of(changed).iterdir() if p.suffix == ".so")
+    assert new_so != old_so
+    before = hub.repo_commits(REPO, branch="v1")
+    second, logs = do_upload(hub, changed)
+    assert hub.repo_commits(REPO, branch="v1")[1:] == before  # exactly one new commit
+    prefix = f"build/{variant_of(changed).name}/"
+    assert sorted(second.deleted) == [prefix + old_so, prefix + "stale.txt"]
+    assert prefix + new_so in second.added and prefix + "_ops.py" in second.changed
+    files = v1_files(hub)
+    assert sorted(p for p in files if p.startswith(prefix)) == sorted(prefix + p.name for p in variant_of(changed).iterdir())
+    assert "build/torch212-cxx11-cpu-x86_64-linux/metadata.json" in files  # other variants are left alone
+
+    # Idempotent: the same upload again makes no commit anywhere.
+    main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
+    n_requests = len(hub.requests)
+    again, logs = do_upload(hub, changed)
+    assert again.status == "unchanged" and again.commit is None and again.readme["state"] == "unchanged"
+    assert sorted(again.unchanged) == sorted(second.added + second.changed + second.unchanged)
+    assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
+    assert any("is up to date" in line for line in logs)
+    assert writes(hub.requests[n_requests:]) == []
+
+    # Version 2 goes to branch v2; pinning version=1 still gives the v1 kernel.
+    v2 = fresh_copy(builds("v2", version=2, marker="two"), tmp_path / "v2")
+    third, _ = do_upload(hub, v2)
+    assert third.branch == "v2" and hub.repo_commits(REPO, branch="v1") == v1_before
+    env = client_env(hub, tmp_path)
+    both = run_python(script(f"""
+        import kernels
+        for version in (1, 2):
+            check(kernels.get_kernel("{REPO}", version=version))
+        """), env)
+    assert both.returncode == 0, both.stderr
+    lines = [line for line in both.stdout.splitlines() if line.startswith("OK")]
+    assert lines[0].endswith(" v1b") and lines[1].endswith(" two")
+    versions = kernels_cli("versions", REPO, env=env)
+    assert "Version 1" in versions.stdout and "Version 2" in versions.stdout
+    assert first.commit != third.commit
+
+
+# ----------------------------------------------------------------------------- PRs, dry runs, tags
+
+
+def test_create_pr_leaves_branches_alone(hub, proj, api):
+    do_upload(hub, proj)
+    variant = variant_of(proj).name
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
+                      operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
+    (proj / "CARD.md").write_text("---\nlicense: apache-2.0\n---\n# img2gray\nHand-written card.\n")
+    main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
+    result, logs = do_upload(hub, proj, create_pr=True)
+    assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
+    assert result.status == "pr-opened" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert result.pr_url == f"{hub.url}/kernels/{REPO}/discussions/1"
+    assert result.readme["pr_url"] == f"{hub.url}/kernels/{REPO}/discussions/2"
+    assert f"build/{variant}/stale.txt" not in hub.files(REPO, revision="refs/pr/1")
+    assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()
+    assert any("opened pull request" in line for line in logs)
+
+
+def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
+    env = client_env(hub, tmp_path)
+    summary = tmp_path / "dry.json"
+    fresh = kbuild_cli("upload", proj, "--dry-run", "--output-json", summary, env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    variant = variant_of(proj).name
+    assert "would create kernel repo kernels-test/img2gray" in fresh.stdout
+    assert f"add     build/{variant}/_ops.py" in fresh.stdout and "README.md on main: add" in fresh.stdout
+    assert writes(hub.requests) == []
+    assert not api.repo_exists(REPO, repo_type="kernel")
+    assert json.loads(summary.read_text())["status"] == "dry-run"
+
+    do_upload(hub, proj)
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
+                      operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
+    (proj / "CARD.md").write_text("# img2gray\n")
+    n_requests = len(hub.requests)
+    main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
+    again = kbuild_cli("upload", proj, "--dry-run", env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"delete  build/{variant}/stale.txt" in again.stdout and "README.md on main: change" in again.stdout
+    assert "0 added, 0 changed, 1 deleted" in again.stdout
+    assert writes(hub.requests[n_requests:]) == []
+    assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
+
+
+def test_release_tag(hub, proj, api):
+    result, _ = do_upload(hub, proj, tag="v1.2.3")
+    tags = {t.name: t.target_commit for t in api.list_repo_refs(REPO, repo_type="kernel").tags}
+    assert tags == {"v1.2.3": result.commit} and result.tag == "v1.2.3"
+    again, _ = do_upload(hub, proj, tag="v1.2.3")  # nothing changed: the tag already points there
+    assert again.commit is None and again.tag == "v1.2.3"
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="other",
+                      operations=[CommitOperationAdd("notes.txt", b"n")])
+    with pytest.raises(BuildError, match="tag v1.2.3 already exists"):
+        do_upload(hub, proj, tag="v1.2.3")
+    with pytest.raises(BuildError, match="does not belong to version 1"):
+        do_upload(hub, proj, tag="v2.0.0")
+    with pytest.raises(BuildError, match="not a full release tag"):
+        do_upload(hub, proj, tag="latest")
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_refuses_empty_mixed_and_wrong_version_build_folders(proj):
+    variant = variant_of(proj)
+    other = variant.with_name("torch212-cxx11-cpu-x86_64-linux")
+    shutil.copytree(variant, other)
+    meta = json.loads((other / "metadata.json").read_text())
+    (other / "metadata.json").write_text(json.dumps({**meta, "version": 2}))
+    with pytest.raises(BuildError, match="mixes kernel versions"):
+        publish.upload(proj, dry_run=True, load=False)
+    shutil.rmtree(other)
+
+    toml = proj / "build.toml"
+    toml.write_text(toml.read_text().replace("version = 1", "version = 3"))
+    with pytest.raises(BuildError, match="the variants are version 1 but build.toml says 3"):
+        publish.upload(proj, dry_run=True, load=False)
+    toml.write_text(toml.read_text().replace("version = 3", "version = 1"))
+
+    empty = proj / "empty"
+    empty.mkdir()
+    with pytest.raises(BuildError, match="no variants to upload"):
+        publish.upload(proj, build_dir=empty, dry_run=True, load=False)
+
+
+def test_skips_variants_failing_check(hub, proj):
+    variant = variant_of(proj)
+    broken = variant.with_name("torch212-cxx11-cpu-x86_64-linux")
+    shutil.copytree(variant, broken)
+    (broken / "__init__.py").write_text("# edited after the build\n")
+    result, logs = do_upload(hub, proj)
+    assert result.variants == [variant.name]
+    assert result.skipped == {broken.name: ["digest: __init__.py has changed since the build"]}
+    assert not any(p.startswith(f"build/{broken.name}/") for p in v1_files(hub))
+    assert any(line.startswith(f"skipping {broken.name}") for line in logs)
+
+
+def _git(project: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True, env=env)
+
+
+def test_dirty_tree_is_refused_unless_allowed(hub, proj):
+    (proj / ".gitignore").write_text("build/\n.kbuild/\n")
+    _git(proj, "init", "-q")
+    _git(proj, "add", "-A")
+    _git(proj, "commit", "-q", "-m", "kernel")
+    do_upload(hub, proj, dry_run=True)  # clean: fine
+
+    src = proj / "csrc" / "img2gray_cpu.cpp"
+    src.write_text(src.read_text() + "\n// local edit\n")
+    with pytest.raises(BuildError, match="uncommitted changes") as err:
+        do_upload(hub, proj, dry_run=True)
+    assert "--allow-dirty" in str(err.value)
+    result, _ = do_upload(hub, proj, dry_run=True, allow_dirty=True)
+    assert result.status == "dry-run"
+    _git(proj, "checkout", "--", "csrc")
+
+    meta_path = variant_of(proj) / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["provenance"]["kernel"] = {"commit": "a" * 40, "dirty": True}
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(BuildError, match="built from a tree with uncommitted changes"):
+        do_upload(hub, proj, dry_run=True)
+    assert do_upload(hub, proj, allow_dirty=True)[0].status == "uploaded"
+
+
+# ----------------------------------------------------------------------------- auth and errors
+
+
+def test_wrong_or_missing_token_is_one_clean_line(hub, proj, tmp_path):
+    wrong = "hf_wrong_token_value_9c2e"
+    env = client_env(hub, tmp_path, token=wrong)
+    result = kbuild_cli("upload", proj, env=env)
+    assert result.returncode == 2
+    output = result.stdout + result.stderr
+    assert wrong not in output and TOKEN not in output and "Traceback" not in output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "HTTP 401" in errors[0] and "token" in errors[0]
+    assert "hint: set HF_TOKEN" in result.stderr
+
+    env = client_env(hub, tmp_path, token=None)
+    result = kbuild_cli("upload", proj, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: no Hugging Face token" in result.stderr
+    assert not [r for r in hub.requests if r[0] == "POST"]
+
+
+def _http_error(status: int) -> HfHubHTTPError:
+    response = httpx2.Response(status, request=httpx2.Request("POST", "http://hub.invalid/api/x"))
+    return HfHubHTTPError(f"{status} error with hf_secret_in_message", response=response,
+                          server_message="server says hf_secret_in_message")
+
+
+@pytest.mark.parametrize("status, expected", [
+    (401, "authentication failed (HTTP 401)"),
+    (403, "permission denied (HTTP 403)"),
+    (404, "not found (HTTP 404)"),
+    (412, "the branch moved while uploading (HTTP 412)"),
+    (500, "the Hub answered HTTP 500"),
+])
+def test_hub_errors_are_one_line_without_the_token(status, expected):
+    err = publish.hub_error(_http_error(status), what="upload to org/k@v1", repo_id="org/k",
+                            endpoint="http://hub.invalid", scrub=publish._Scrub("hf_secret_in_message"))
+    text = str(err)
+    assert expected in text.splitlines()[0] and "hf_secret_in_message" not in text
+    assert publish.is_transient(_http_error(status)) == (status == 500)
+
+
+def test_unreachable_hub(proj):
+    with HubServer() as server:
+        url = server.url  # a port that nobody listens on once stopped
+    logs: list[str] = []
+    with pytest.raises(BuildError, match=r"cannot reach http://127\.0\.0\.1:\d+ \(ConnectError\)"):
+        publish.upload(proj, endpoint=url, token=TOKEN, load=False, retries=2, backoff=0.01,
+                       log=logs.append, warn=logs.append)
+    assert sum("retrying" in line for line in logs) == 2
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def test_transient_faults_are_retried_into_one_commit(hub, proj):
+    hub.inject_faults(status=503, path_contains="/commit/v1", count=2)
+    hub.inject_faults(drop=True, path_contains="/preupload/v1")
+    hub.inject_faults(status=502, methods=("GET",), path_contains="/refs")
+    hub.inject_faults(drop=True, methods=("GET",), path_contains="/tree/")
+    result, logs = do_upload(hub, proj)
+    assert result.status == "uploaded"
+    assert len(hub.repo_commits(REPO, branch="v1")) == 2  # initial + one upload
+    assert [s for m, p, s in hub.requests if "/commit/v1" in p] == [503, 503, 200]
+    assert sum("retrying" in line for line in logs) >= 4
+    assert v1_files(hub)[f"build/{variant_of(proj).name}/_ops.py"] == (variant_of(proj) / "_ops.py").read_bytes()
+
+
+def test_persistent_failure_leaves_branch_unchanged_and_rerun_completes(hub, proj, api):
+    do_upload(hub, proj)
+    variant = variant_of(proj).name
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
+                      operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
+    before, files_before = hub.repo_commits(REPO, branch="v1"), v1_files(hub)
+    hub.inject_faults(status=500, path_contains="/commit/v1", count=3)
+    hub.inject_faults(drop=True, path_contains="/commit/v1", count=2)
+    with pytest.raises(BuildError, match="upload to kernels-test/img2gray@v1: cannot reach"):
+        do_upload(hub, proj)  # 5 attempts (4 retries), all failing
+    assert hub.repo_commits(REPO, branch="v1") == before and v1_files(hub) == files_before
+
+    result, _ = do_upload(hub, proj)
+    assert result.status == "uploaded" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert hub.repo_commits(REPO, branch="v1")[1:] == before
+
+
+def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
+    do_upload(hub, proj)
+    variant = variant_of(proj).name
+    api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
+                      operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
+    real_tree = publish._Hub.tree
+
+    def tree_then_someone_pushes(self, revision, paths):
+        listing = real_tree(self, revision, paths)
+        api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="concurrent",
+                          operations=[CommitOperationAdd("notes.txt", b"theirs")])
+        return listing
+
+    monkeypatch.setattr(publish._Hub, "tree", tree_then_someone_pushes)
+    with pytest.raises(BuildError, match="branch moved while uploading \\(HTTP 412\\); nothing was committed"):
+        do_upload(hub, proj)
+    head = hub.repo_commits(REPO, branch="v1")[0]
+    assert v1_files(hub)["notes.txt"] == b"theirs" and f"build/{variant}/stale.txt" in v1_files(hub)
+    monkeypatch.setattr(publish._Hub, "tree", real_tree)
+    result, _ = do_upload(hub, proj)
+    assert hub.repo_commits(REPO, branch="v1")[1] == head
+    assert v1_files(hub)["notes.txt"] == b"theirs" and result.deleted == [f"build/{variant}/stale.txt"]
