@@ -99,8 +99,9 @@ def main() -> None:
     args = ap.parse_args()
     runs = [("cpu", sys.executable)]
     if args.cuda:
-        from kbuild import testenv
-        cuda_python = str(testenv.ensure_cuda_env(REPO))
+        from kbuild import envs, matrix
+        cuda_python = str(envs.realise(matrix.load(REPO).get("torch214-cu130"),
+                                       REPO / ".kbuild" / "envs").python)
         subprocess.run([cuda_python, "-m", "pip", "install", "-q", "ninja"], check=True)
         runs.append(("cuda", cuda_python))
     results = {"machine": {"cpus": os.cpu_count()}, "repeat": args.repeat, "variants": {}}

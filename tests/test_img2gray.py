@@ -8,10 +8,11 @@ import sys
 
 import pytest
 import torch
+from pathlib import Path
 
-from conftest import PROJECT
 from reference import img2gray_reference
 
+PROJECT = Path(__file__).resolve().parents[1]
 SHAPES = [(1, 1), (1, 257), (311, 1), (1023, 517), (64, 64), (17, 33), (2160, 3840)]
 
 

@@ -327,14 +327,16 @@ def _killpg(proc: subprocess.Popen, sig: int) -> None:
 
 
 def _tail_error(log: Path) -> str:
+    """The first compiler or CMake diagnostic of a failed build's log, else kbuild's own error."""
     try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
     except OSError:
         return ""
-    for line in reversed(lines):
-        if line.startswith("error:") or "error" in line.lower() and "warning" not in line.lower():
-            return line.strip()[:300]
-    return (lines[-1].strip() if lines else "")[:300]
+    for pattern in (r"(: |\)\s*)(fatal )?error\b", r"^CMake Error", r"^error:", r"^FAILED: "):
+        for line in lines:
+            if re.search(pattern, line):
+                return line[:300]
+    return (lines[-1] if lines else "")[:300]
 
 
 def summary_json(results: list[EnvResult]) -> list[dict]:

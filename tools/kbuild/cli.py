@@ -162,3 +162,5 @@ from .cli_matrix import register  # noqa: E402  (build-all, envs)
 register(app)
 from .cli_publish import register as register_publish  # noqa: E402
 register_publish(app)
+from .cli_bench import register as register_bench  # noqa: E402
+register_bench(app)

@@ -16,7 +16,7 @@ from .errors import BuildError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 out = Console(width=None if Console().is_terminal else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 160)
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
 MatrixOpt = Annotated[Optional[Path], typer.Option(
@@ -118,7 +118,8 @@ def build_all(
     failed = [r for r in results if r.status in ("failed", "interrupted")]
     for r in failed:
         if r.log:
-            err.print(f"[red]{r.env}[/]: {r.message or r.status} — log: {r.log}", highlight=False)
+            err.print(f"[red]{r.env}[/]: {r.status}: {r.message}", highlight=False, soft_wrap=True)
+            err.print(f"  log: {r.log}", highlight=False, soft_wrap=True)
     if interrupted:
         err.print("interrupted", highlight=False)
         raise typer.Exit(130)

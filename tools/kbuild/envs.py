@@ -30,8 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from .errors import BuildError
@@ -449,9 +447,9 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
             raise BuildError(f"torch does not import in {p}: {proc.stderr.strip()[-300:]}")
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         got_cuda = info["cuda"]
-        if Version(Version(info["torch"]).base_version).release[:2] != spec.release.release[:2] or \
-                (got_cuda and spec.cuda and Version(got_cuda).release[:2] != Version(spec.cuda).release[:2]) or \
-                bool(got_cuda) != bool(spec.cuda):
+        got = (Version(info["torch"]).release[:2], Version(got_cuda).release[:2] if got_cuda else None)
+        want = (spec.release.release[:2], Version(spec.cuda).release[:2] if spec.cuda else None)
+        if got != want:
             raise BuildError(f"{spec.name}: installed torch {info['torch']} (CUDA {got_cuda}) does "
                              f"not match the environment", hint="the index served another build; "
                              "see `kbuild envs --list`")
@@ -466,9 +464,12 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
 
 
 def env_key(spec: EnvSpec, folder: Path) -> str | None:
-    """The stamp key of a realised environment (its pins), None when not realised."""
+    """The pins of a realised environment (and of its toolkit), None when not realised."""
     stamp = read_stamp(folder / spec.name)
-    return stamp.get("key") if stamp else None
+    if not stamp:
+        return None
+    toolkit_stamp = read_stamp(folder / f"toolkit-{spec.compute}") if spec.toolkit_wheels else None
+    return stamp["key"] + (f"+{toolkit_stamp['key']}" if toolkit_stamp else "")
 
 
 def sccache(folder: Path, inst: Installer | None = None, log: Log = lambda _: None) -> Path | None:
@@ -487,10 +488,3 @@ def sccache(folder: Path, inst: Installer | None = None, log: Log = lambda _: No
     found = tools / "bin" / "sccache"
     return found if found.is_file() else None
 
-
-def pin_matches(version: str, spec: str) -> bool:
-    return Version(version) in SpecifierSet(spec)
-
-
-def requirement_names(reqs: list[str]) -> list[str]:
-    return [Requirement(r).name for r in reqs]

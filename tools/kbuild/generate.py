@@ -61,6 +61,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         "KB_BACKEND": plan.backend,
         "KB_PROJECT_DIR": str(project),
         "KB_PREFIX_MAP_DIRS": [env.site_packages] + ([str(plan.cuda.root)] if plan.cuda else []),
+        "KB_TOOLKIT_DIRS": [str(plan.cuda.root)] if plan.cuda else [],
         "KB_CXX_STD": str(env.cxx_std),
         "KB_TORCH_INCLUDES": torch_includes,
         "KB_PYTHON_INCLUDE": env.python_include,
@@ -104,4 +105,5 @@ def generate(plan: VariantPlan) -> Path:
         write_if_changed(out / "plan.cmake", plan_cmake(plan))
         for name in ("CMakeLists.txt", "registration.h", "abi_shim.cpp"):
             write_if_changed(out / name, template(name))
+        write_if_changed(out / "extension.cpp", template("extension.cpp").replace("@ID@", plan.kernel_id))
     return out

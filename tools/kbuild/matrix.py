@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
@@ -234,6 +233,3 @@ def name_problems(env: EnvSpec) -> list[str]:
         problems.append(f"{env.name}: torch comes from {env.torch_index}, not a {compute} index")
     return problems
 
-
-def requirement_name(req: str) -> str:
-    return Requirement(req).name

@@ -125,7 +125,8 @@ def _read_meta(variant: Path) -> dict | None:
 
 def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manifest, *,
                     allow_dirty: bool, load: bool = True, python: str | None = None,
-                    warn: Log = _silent) -> tuple[list[Variant], dict[str, list[str]]]:
+                    log: Log = _silent, warn: Log = _silent
+                    ) -> tuple[list[Variant], dict[str, list[str]]]:
     """The variants to upload and the skipped ones with their reasons; refuses bad folders."""
     general = manifest.general
     if not build_dir.is_dir() or not variant_dirs(build_dir):
@@ -143,47 +144,67 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
                          key="general.version", hint="rebuild after changing the version")
     names = {m.get("name") for m in metas.values() if m and "name" in m}
     if names - {general.name}:
-        raise BuildError(f"the build folder holds variants of {', '.join(sorted(map(str, names)))}, "
-                         f"not of {general.name}", file=build_dir, hint="pass the right --build-dir")
+        raise BuildError(f"the build folder holds variants of {', '.join(sorted(map(str, names)))}"
+                         f", not of {general.name}", file=build_dir, hint="pass the right --build-dir")
 
+    state = gitinfo.git_state(project)
     if not allow_dirty:
-        state = gitinfo.git_state(project)
         if state is not None and state.dirty:
             raise BuildError("the kernel project has uncommitted changes", file=project,
                              hint="commit them and rebuild, or pass --allow-dirty")
         for name, meta in metas.items():
-            kernel = ((meta or {}).get("provenance") or {}).get("kernel") or {}
-            if kernel.get("dirty"):
+            if _provenance(meta, "kernel").get("dirty"):
                 raise BuildError(f"variant {name} was built from a tree with uncommitted changes",
                                  file=build_dir / name / METADATA, key="provenance.kernel.dirty",
                                  hint="commit, rebuild and upload again, or pass --allow-dirty")
 
-    head = gitinfo.git_state(project)
     chosen: list[Variant] = []
     skipped: dict[str, list[str]] = {}
     for d in dirs:
         report = check_variant(d, python=python, load=load)
-        problems = [p for p in report.problems if not _cannot_load_here(p)]
-        notes = list(report.notes)
-        notes += [f"not loadable on this machine: {p.removeprefix('load: ')}"
-                  for p in report.problems if _cannot_load_here(p)]
+        problems = [p for p in report.problems if not _cannot_load_here(p) and not _bytecode(p)]
+        notes = list(report.notes) + [f"not loadable on this machine ({p.removeprefix('load: ')})"
+                                      for p in report.problems if _cannot_load_here(p)]
         if problems:
             skipped[d.name] = problems
             warn(f"skipping {d.name}: " + "; ".join(problems))
             continue
         meta = metas[d.name] or {}
-        built_from = ((meta.get("provenance") or {}).get("kernel") or {}).get("commit")
-        if head is not None and built_from and built_from != head.commit:
-            warn(f"{d.name} was built from commit {built_from[:12]}, the project is at "
-                 f"{head.commit[:12]}")
+        built_from = _provenance(meta, "kernel").get("commit")
+        if state is not None and built_from and _sources_differ(project, built_from):
+            warn(f"{d.name} was built from commit {built_from[:12]}; the kernel's sources have "
+                 "changed since (rebuild to upload the current state)")
+        log(f"checked {d.name}: ok" + (f"; {'; '.join(notes)}" if notes else ""))
         chosen.append(Variant(d, meta, notes))
     if not chosen:
         raise BuildError("no variant passed `kbuild check`; nothing to upload", file=build_dir,
                          hint="fix the problems above and rebuild")
-    if any(((v.meta.get("provenance") or {}).get("kernel-builder") or {}).get("dirty") for v in chosen):
+    if any(_provenance(v.meta, "kernel-builder").get("dirty") for v in chosen):
         warn("the variants were built by a pixi-kernel-builder checkout with uncommitted changes; "
              "`kernels` will warn about a dirty tree when loading them")
     return chosen, skipped
+
+
+def _bytecode(problem: str) -> bool:
+    """`__pycache__`/`.pyc` in a variant: never uploaded, so no reason to skip it."""
+    return (problem.startswith("layout: ") and problem.endswith("must not be shipped")
+            and ("__pycache__" in problem or ".pyc" in problem))
+
+
+def _provenance(meta: dict | None, part: str) -> dict:
+    value = ((meta or {}).get("provenance") or {}).get(part)
+    return value if isinstance(value, dict) else {}
+
+
+def _sources_differ(project: Path, commit: str) -> bool:
+    """Whether the project folder at HEAD differs from `commit` (unknown commits count as no)."""
+    import subprocess
+    try:
+        proc = subprocess.run(["git", "-C", str(project), "diff", "--quiet", commit, "HEAD", "--", "."],
+                              capture_output=True)
+    except OSError:
+        return False
+    return proc.returncode == 1
 
 
 def _cannot_load_here(problem: str) -> bool:
@@ -361,8 +382,8 @@ def hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
     from huggingface_hub.errors import OfflineModeIsEnabled
     org = repo_id.split("/", 1)[0]
     status = _status(exc)
-    server = scrub(str(getattr(exc, "server_message", None) or "").strip().splitlines()[0]
-                   if getattr(exc, "server_message", None) else "")
+    server_lines = str(getattr(exc, "server_message", None) or "").strip().splitlines()
+    server = scrub(server_lines[0]) if server_lines else ""
     if isinstance(exc, OfflineModeIsEnabled):
         return BuildError(f"{what}: HF_HUB_OFFLINE is set, so the Hub cannot be reached",
                           hint="unset HF_HUB_OFFLINE")
@@ -388,7 +409,8 @@ def hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
         return BuildError(f"{what}: cannot reach {endpoint} ({type(exc).__name__})",
                           hint="check the network or HF_ENDPOINT; nothing was committed, "
                                "run it again to finish")
-    return BuildError(f"{what}: {type(exc).__name__}: {scrub(str(exc)).splitlines()[0] if str(exc) else ''}")
+    detail = scrub(str(exc)).strip().splitlines()
+    return BuildError(f"{what}: {type(exc).__name__}" + (f": {detail[0]}" if detail else ""))
 
 
 class _Hub:
@@ -455,14 +477,15 @@ class _Hub:
         return {t.name: t.target_commit for t in refs.tags}
 
     def tree(self, revision: str, paths: list[str]) -> dict[str, str]:
-        """{path: blob oid} of the files under `paths` (top-level folders or files) at `revision`."""
+        """{path: blob oid} of every file under the folders `paths` at `revision`."""
         from huggingface_hub import RepoFile
         from huggingface_hub.errors import EntryNotFoundError
         out: dict[str, str] = {}
         for top in paths:
             try:
-                entries = list(self.api.list_repo_tree(self.repo_id, path_in_repo=top, recursive=True,
-                                                       revision=revision, repo_type=REPO_TYPE))
+                entries = list(self.api.list_repo_tree(self.repo_id, path_in_repo=top,
+                                                       recursive=True, revision=revision,
+                                                       repo_type=REPO_TYPE))
             except EntryNotFoundError:
                 continue
             out.update({e.path: e.blob_id for e in entries if isinstance(e, RepoFile)})
@@ -501,16 +524,17 @@ class _Sync:
 
 
 def _sync_branch(hub: _Hub, *, branch: str, local: dict[str, Path | bytes], dirs: list[str],
-                 files: list[str], delete_under: list[str], message: str, description: str, create_pr: bool,
-                 dry_run: bool) -> _Sync:
+                 files: list[str], delete_under: list[str], message: str, description: str,
+                 create_pr: bool, dry_run: bool) -> _Sync:
     """Bring `branch` to `local` in one commit (or a PR): remote state is read from the
     folders `dirs` (recursively) and the single `files`; stale files are deleted only under
     the `delete_under` prefixes."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    oids = {p: (git_blob_oid(s) if isinstance(s, Path) else _bytes_oid(s)) for p, s in local.items()}
+    oids = {p: git_blob_oid(src) if isinstance(src, Path) else _bytes_oid(src)
+            for p, src in local.items()}
     what = f"upload to {hub.repo_id}@{branch}"
-    state: dict[str, Any] = {"first_head": None}
+    state: dict[str, Any] = {"first_head": None, "first_diff": None}
 
     def attempt() -> _Sync:
         head = hub.branches().get(branch)
@@ -524,15 +548,19 @@ def _sync_branch(hub: _Hub, *, branch: str, local: dict[str, Path | bytes], dirs
             remote.update(hub.file_oids(head, files))
         diff = compute_diff(oids, remote, delete_under)
         first = state["first_head"]
-        if state["first_head"] is None:
-            state["first_head"] = head
+        if first is None:
+            state.update(first_head=head, first_diff=diff)
         if diff.empty or dry_run:
             # An earlier attempt whose answer was lost may have landed: then the head moved
-            # and there is nothing left to do.
-            landed = head if (diff.empty and first is not None and head != first and not create_pr) else None
-            return _Sync(diff, landed, head)
-        ops: list[Any] = [CommitOperationAdd(path_in_repo=p, path_or_fileobj=(str(local[p]) if isinstance(local[p], Path) else local[p]))
-                          for p in diff.added + diff.changed]
+            # and nothing is left to do; report that commit and what it changed.
+            if diff.empty and first is not None and head != first and not create_pr:
+                return _Sync(state["first_diff"], head, head)
+            return _Sync(diff, None, head)
+        ops: list[Any] = []
+        for p in diff.added + diff.changed:
+            src = local[p]
+            ops.append(CommitOperationAdd(path_in_repo=p,
+                                          path_or_fileobj=str(src) if isinstance(src, Path) else src))
         ops += [CommitOperationDelete(path_in_repo=p) for p in diff.deleted]
         info = hub.api.create_commit(hub.repo_id, ops, commit_message=message,
                                      commit_description=description, repo_type=REPO_TYPE,
@@ -574,11 +602,13 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
         if create_pr:
             raise BuildError("--tag cannot be combined with --create-pr",
                              hint="merge the pull request, then tag the merge commit")
+    if not dry_run and not (token or _Hub._token()):
+        raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
     branch = general.hub.branch or f"v{general.version}"
     build_dir = (build_dir or project / "build").resolve()
 
     variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=allow_dirty,
-                                        load=load, python=python, warn=warn)
+                                        load=load, python=python, log=log, warn=warn)
     to_upload = version_files(project, variants)
     readme, readme_source = card_text(project, manifest, repo_id, variants)
     if len(to_upload) > MAX_OPERATIONS:
@@ -586,24 +616,24 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
             f"{MAX_OPERATIONS}); one commit keeps the upload atomic")
 
     hub = _Hub(repo_id, endpoint=endpoint, token=token, log=warn, retries=retries, backoff=backoff)
-    if not dry_run and not (token or hub._token()):
-        raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
 
     names = ", ".join(v.name for v in variants)
     message = f"Upload {general.name} version {general.version} ({names})"
-    description = _commit_description(project, variants)
+    description = _commit_description(variants)
     delete_under = [f"build/{v.name}/" for v in variants]
 
+    version_branch = dict(local=to_upload, dirs=["build", "benchmarks"], files=[],
+                          delete_under=delete_under, message=message, description=description)
+    main_branch = dict(local={README: readme.encode()}, dirs=[], files=[README], delete_under=[],
+                       message=f"Update README.md ({readme_source})", description="")
     exists = hub.exists()
     branch_exists = exists and branch in hub.call("reading refs", hub.branches)
     if dry_run:
-        sync = (_sync_branch(hub, branch=branch, local=to_upload, dirs=["build", "benchmarks"], files=[], delete_under=delete_under,
-                             message=message, description=description, create_pr=False, dry_run=True)
-                if branch_exists else _Sync(compute_diff(
-                    {p: git_blob_oid(f) for p, f in to_upload.items()}, {}, delete_under), None, None))
-        readme_sync = (_sync_branch(hub, branch=MAIN, local={README: readme.encode()}, dirs=[], files=[README],
-                                    delete_under=[], message="", description="", create_pr=False,
-                                    dry_run=True)
+        nothing = _Sync(compute_diff({p: git_blob_oid(f) for p, f in to_upload.items()}, {},
+                                     delete_under), None, None)
+        sync = (_sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
+                if branch_exists else nothing)
+        readme_sync = (_sync_branch(hub, branch=MAIN, create_pr=False, dry_run=True, **main_branch)
                        if exists else _Sync(Diff(added=[README]), None, None))
         _print_plan(log, repo_id, branch, sync.diff, readme_sync.diff, exists, branch_exists,
                     create_pr, tag)
@@ -621,12 +651,8 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
             repo_id, branch=branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True))
         log(f"created branch {branch} from {MAIN}")
 
-    sync = _sync_branch(hub, branch=branch, local=to_upload, dirs=["build", "benchmarks"], files=[], delete_under=delete_under,
-                        message=message, description=description, create_pr=create_pr,
-                        dry_run=False)
-    readme_sync = _sync_branch(hub, branch=MAIN, local={README: readme.encode()}, dirs=[], files=[README],
-                               delete_under=[], message=f"Update README.md ({readme_source})",
-                               description="", create_pr=create_pr, dry_run=False)
+    sync = _sync_branch(hub, branch=branch, create_pr=create_pr, dry_run=False, **version_branch)
+    readme_sync = _sync_branch(hub, branch=MAIN, create_pr=create_pr, dry_run=False, **main_branch)
     if create_pr:
         status = "pr-opened" if sync.pr_url else "unchanged"
     else:
@@ -660,7 +686,7 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
     return result
 
 
-def _commit_description(project: Path, variants: list[Variant]) -> str:
+def _commit_description(variants: list[Variant]) -> str:
     lines = ["Uploaded with pixi-kernel-builder."]
     for v in variants:
         prov = v.meta.get("provenance") or {}
@@ -738,12 +764,19 @@ def download_build(repo_id: str, version: int, *, endpoint: str | None = None,
     from huggingface_hub.errors import RevisionNotFoundError
 
     def fetch() -> str:
+        from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
+                                           enable_progress_bars)
+        was_disabled = are_progress_bars_disabled()
+        disable_progress_bars()
         try:
             return hub.api.snapshot_download(repo_id, repo_type=REPO_TYPE, revision=f"v{version}",
                                              allow_patterns=["build/*"], cache_dir=cache_dir)
         except RevisionNotFoundError:
             raise BuildError(f"{repo_id} has no version {version} (branch v{version})",
                              hint=f"list the versions with `kernels versions {repo_id}`") from None
+        finally:
+            if not was_disabled:
+                enable_progress_bars()
     root = Path(hub.call(f"downloading {repo_id}@v{version}", fetch)) / "build"
     if not root.is_dir():
         raise BuildError(f"{repo_id}@v{version} has no build/ folder")
@@ -773,11 +806,19 @@ def to_wheels(source: Path | None, *, out: Path, repo_id: str | None = None,
     if not variants:
         raise BuildError("no variants to package", hint="run `kbuild build` first")
     wheels = []
+    failures: list[BuildError] = []
     for v in variants:
-        path = build_wheel(v, out)
+        try:
+            path = build_wheel(v, out)
+        except BuildError as e:  # a broken variant is reported, the others still packaged
+            failures.append(e)
+            warn(f"skipping {v.name}: {e}")
+            continue
         note = kernel_depends_note(v)
         if note:
             warn(note)
         log(f"{v.name} -> {path}")
         wheels.append(path)
+    if not wheels:
+        raise failures[0]
     return wheels

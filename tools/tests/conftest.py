@@ -1,35 +1,12 @@
-"""Shared fixtures for the builder's tests: project copies, the CLI, a CUDA torch environment."""
+"""Fixtures for the builder's tests."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PROJECT_PARTS = ("build.toml", "csrc", "torch-ext")
-
-
-def copy_project(dst: Path, src: Path = REPO) -> Path:
-    """A copy of the img2gray project outside git (uid from a content hash)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for part in PROJECT_PARTS:
-        if (src / part).is_dir():
-            shutil.copytree(src / part, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src / part, dst / part)
-    return dst
-
-
-def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,
-           timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=timeout)
+from kbuild_testing import copy_project, cuda_env
 
 
 @pytest.fixture
@@ -39,6 +16,5 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def cuda_python() -> str:
-    """Interpreter of an environment with torch 2.14.1 (cu130) and kernels, realised from PyPI."""
-    from kbuild import testenv
-    return str(testenv.ensure_cuda_env(REPO))
+    """Interpreter of the torch214-cu130 environment of pixi.toml, realised from PyPI (cached)."""
+    return str(cuda_env().python)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kbuild
+from kbuild_testing import kbuild
 
 GOOD = (Path(__file__).resolve().parents[2] / "build.toml").read_text()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, copy_project, kbuild
+from kbuild_testing import REPO, copy_project, kbuild
 from kbuild import pipeline
 from kbuild.check import abi_problems, check_variant
 
@@ -63,6 +63,16 @@ def test_no_op_rebuild_recompiles_nothing(project):
     changed = [p.name for p in work.rglob("*.o") if p.stat().st_mtime_ns != objects[p]]
     assert changed == ["img2gray_cpu.cpp.o"]
     assert third.kernel_id == first.kernel_id
+    # A Python-only change gives a new id (a different build) but recompiles only the
+    # generated id unit, not the binding or the kernels.
+    objects = {p: p.stat().st_mtime_ns for p in work.rglob("*.o")}
+    init = project / "torch-ext" / "img2gray" / "__init__.py"
+    init.write_text(init.read_text() + "\n# a Python-only change\n")
+    fourth = build_cpu(project)
+    assert fourth.kernel_id != first.kernel_id and fourth.changed
+    changed = [p.name for p in work.rglob("*.o") if p.stat().st_mtime_ns != objects[p]]
+    assert changed == ["extension.cpp.o"]
+    assert check_variant(fourth.path).ok
 
 
 def test_check_detects_tampering(project):

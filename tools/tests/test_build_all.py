@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_project
+from kbuild_testing import REPO, copy_project
 from kbuild import envs, matrix
 from kbuild.check import check_variant
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cuda_variant(tmp_path_factory, cuda_python):
-    from conftest import copy_project
+    from kbuild_testing import copy_project
     project = copy_project(tmp_path_factory.mktemp("cuda") / "img2gray")
     (result,) = pipeline.build(project, python=cuda_python)
     return result

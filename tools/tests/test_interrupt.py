@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_project
+from kbuild_testing import copy_project
 from kbuild import pipeline
 from kbuild.check import check_variant
 

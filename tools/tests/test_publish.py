@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from conftest import copy_project
+from kbuild_testing import copy_project
 from kbuild import pipeline, publish
 from kbuild.errors import BuildError
 from kbuild.hubserver import HubServer
@@ -341,8 +341,10 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
 
 
-def test_release_tag(hub, proj, api):
-    result, _ = do_upload(hub, proj, tag="v1.2.3")
+def test_release_tag_and_private_repo(hub, proj, api):
+    result, logs = do_upload(hub, proj, tag="v1.2.3", private=True)
+    assert api.repo_info(REPO, repo_type="kernel").private is True
+    assert "created kernel repo kernels-test/img2gray (private)" in logs
     tags = {t.name: t.target_commit for t in api.list_repo_refs(REPO, repo_type="kernel").tags}
     assert tags == {"v1.2.3": result.commit} and result.tag == "v1.2.3"
     again, _ = do_upload(hub, proj, tag="v1.2.3")  # nothing changed: the tag already points there
@@ -384,6 +386,8 @@ def test_refuses_empty_mixed_and_wrong_version_build_folders(proj):
 
 def test_skips_variants_failing_check(hub, proj):
     variant = variant_of(proj)
+    (variant / "__pycache__").mkdir()  # bytecode is never uploaded, so it does not fail a variant
+    (variant / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"junk")
     broken = variant.with_name("torch212-cxx11-cpu-x86_64-linux")
     shutil.copytree(variant, broken)
     (broken / "__init__.py").write_text("# edited after the build\n")
@@ -391,6 +395,7 @@ def test_skips_variants_failing_check(hub, proj):
     assert result.variants == [variant.name]
     assert result.skipped == {broken.name: ["digest: __init__.py has changed since the build"]}
     assert not any(p.startswith(f"build/{broken.name}/") for p in v1_files(hub))
+    assert not any("__pycache__" in p for p in v1_files(hub))
     assert any(line.startswith(f"skipping {broken.name}") for line in logs)
 
 
@@ -489,7 +494,7 @@ def test_transient_faults_are_retried_into_one_commit(hub, proj):
     assert result.status == "uploaded"
     assert len(hub.repo_commits(REPO, branch="v1")) == 2  # initial + one upload
     assert [s for m, p, s in hub.requests if "/commit/v1" in p] == [503, 503, 200]
-    assert sum("retrying" in line for line in logs) >= 4
+    assert sum("retrying" in line for line in logs) >= 3  # ours; the client itself retries the tree GET and preupload
     assert v1_files(hub)[f"build/{variant_of(proj).name}/_ops.py"] == (variant_of(proj) / "_ops.py").read_bytes()
 
 
@@ -532,3 +537,23 @@ def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
     result, _ = do_upload(hub, proj)
     assert hub.repo_commits(REPO, branch="v1")[1] == head
     assert v1_files(hub)["notes.txt"] == b"theirs" and result.deleted == [f"build/{variant}/stale.txt"]
+
+
+def test_commit_that_landed_but_whose_answer_was_lost(hub, proj, monkeypatch):
+    real_commit = HfApi.create_commit
+    calls = []
+
+    def commit_then_lose_the_answer(self, *args, **kw):
+        info = real_commit(self, *args, **kw)
+        calls.append(info.oid)
+        if len(calls) == 1:
+            raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
+        return info
+
+    monkeypatch.setattr(HfApi, "create_commit", commit_then_lose_the_answer)
+    result, logs = do_upload(hub, proj)
+    assert result.status == "uploaded" and result.commit == calls[0]
+    assert len(result.added) == 4 and result.unchanged == []
+    assert hub.repo_commits(REPO, branch="v1")[0] == calls[0]
+    assert len(hub.repo_commits(REPO, branch="v1")) == 2  # the retry found nothing left to do
+    assert any("RemoteProtocolError; retrying" in line for line in logs)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from kbuild_testing import REPO
 from kbuild import pipeline
 
 

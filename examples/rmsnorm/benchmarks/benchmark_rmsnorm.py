@@ -1,30 +1,41 @@
-"""Benchmarks of the rmsnorm kernel.
+"""Benchmark of the RMSNorm kernel against F.rms_norm, a float32-variance eager RMSNorm and torch.compile.
 
-- `kernels benchmark <repo dir>` runs the `Benchmark` class below (kernels' own runner).
-- `python benchmarks/benchmark_rmsnorm.py [--repo DIR | --build] [--device cuda|cpu]
-  [--json FILE]` times the kernel against PyTorch eager (transformers' LlamaRMSNorm) and
-  torch.compile (CUDA events on a GPU, perf_counter on CPU), prints a table and writes
-  JSON. `--quick` is a CPU smoke run.
+    python benchmarks/benchmark_rmsnorm.py --variant-dir DIR --out DIR [--device cuda|cpu] [--quick]
+
+(`kbuild bench examples/rmsnorm` builds the kernel and runs this.) Loads the kernel through
+`kernels.get_local_kernel(DIR)`; DIR is a built variant, a folder of variants or a project.
+
+Cases: (rows x hidden) 32x256, 4096x4096, 16384x8192, 65536x4096, bfloat16, eps 1e-6.
+Bytes = x read + out written + weight read = 2*rows*hidden*elsize + hidden*elsize.
+Implementations, each checked against a float32 RMSNorm before it is timed:
+- ours:       `rms_norm(x, weight, eps)` (Triton on CUDA, PyTorch on the CPU);
+- F.rms_norm: `torch.nn.functional.rms_norm(x, (hidden,), weight, eps)`;
+- eager:      the float32-variance implementation (transformers' LlamaRMSNorm):
+              x32 = x.float(); x32 * rsqrt(mean(x32^2) + eps), cast back, times weight;
+- compile:    torch.compile of that eager implementation, one static-shape compile per case.
+Writes <out>/rmsnorm.json and <out>/rmsnorm.png and prints the table, with the copy
+bandwidth measured in the same run. `kernels benchmark` runs `RMSNormBenchmark` below.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import torch
-
+import torch.nn.functional as F
 from kernels.benchmark import Benchmark
 
 PROJECT = Path(__file__).resolve().parents[1]
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+BYTES = "x read + out written + weight read: 2*rows*hidden*elsize + hidden*elsize"
 EPS = 1e-6
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+TOL = {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4}
+
+SHAPES = [(32, 256), (4096, 4096), (16384, 8192), (65536, 4096)]
+SHAPES_CUDA_QUICK = [(32, 256), (4096, 4096)]
+SHAPES_CPU = [(32, 256), (1024, 4096)]
+SHAPES_CPU_QUICK = [(32, 256), (64, 1024)]
 
 
 def llama_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float = EPS):
@@ -35,7 +46,14 @@ def llama_rms_norm(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float
     return weight * hidden_states.to(input_dtype)
 
 
-# --- kernels' runner -------------------------------------------------------------------
+def float32_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """The verification reference: everything in float32, one rounding at the end."""
+    x32 = x.float()
+    y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return y.to(x.dtype)
+
+
+# --- kernels' runner (`kernels benchmark`) ---------------------------------------------------
 
 class RMSNormBenchmark(Benchmark):
     seed = 42
@@ -54,113 +72,72 @@ class RMSNormBenchmark(Benchmark):
         return llama_rms_norm(self.x, self.w)
 
 
-# --- standalone runner -----------------------------------------------------------------
+# --- standalone runner ----------------------------------------------------------------------
 
-def timed(fn, device: str, warmup: int, iters: int) -> dict:
-    for _ in range(warmup):
-        fn()
-    times = []
-    if device == "cuda":
-        torch.cuda.synchronize()
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return {"median_ms": statistics.median(times), "min_ms": min(times),
-            "mean_ms": statistics.fmean(times)}
+def _benchlib():
+    try:
+        from kbuild import benchlib
+    except ImportError:  # run from a checkout without kbuild installed
+        for parent in Path(__file__).resolve().parents:
+            if (parent / "tools" / "kbuild").is_dir():
+                sys.path.insert(0, str(parent / "tools"))
+                break
+        from kbuild import benchlib
+    return benchlib
 
 
-def load_kernel(repo: Path | None, build: bool, device: str):
-    from kernels import get_local_kernel
-
-    if build:
-        from kbuild.pipeline import build as kbuild
-
-        repo = Path(tempfile.mkdtemp(prefix="rmsnorm-bench-"))
-        kbuild(PROJECT, build_dir=repo / "build")
-    repo = repo or PROJECT
-    if not (repo / "build").is_dir():
-        sys.exit(f"no build/ in {repo}: run `kbuild build {repo}` or pass --build")
-    return get_local_kernel(repo, backend="cuda" if device == "cuda" else "cpu")
-
-
-def run(kernel, device: str, dtypes: list[str], shapes: list[tuple], warmup: int, iters: int,
-        compile_ref: bool) -> list[dict]:
-    rows = []
-    compiled = torch.compile(llama_rms_norm, dynamic=False) if compile_ref else None
-    for dtype_name in dtypes:
-        dtype = DTYPES[dtype_name]
-        for shape in shapes:
-            torch.manual_seed(42)
-            x = torch.randn(shape, device=device, dtype=dtype)
-            w = torch.rand(shape[-1], device=device, dtype=dtype)
-            y = kernel.rms_norm(x, w, EPS)
-            tol = 1e-5 if dtype == torch.float32 else 1e-2
-            torch.testing.assert_close(y, llama_rms_norm(x, w), rtol=tol, atol=tol)
-            moved = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
-            row = {"op": "rms_norm", "dtype": dtype_name, "shape": list(shape), "bytes": moved,
-                   "kernel": timed(lambda: kernel.rms_norm(x, w, EPS), device, warmup, iters),
-                   "eager": timed(lambda: llama_rms_norm(x, w), device, warmup, iters)}
-            if compiled is not None:
-                row["compile"] = timed(lambda: compiled(x, w), device, warmup, iters)
-            for k in ("kernel", "eager", "compile"):
-                if k in row:
-                    row[k]["gbps"] = moved / row[k]["median_ms"] / 1e6
-            rows.append(row)
-    return rows
-
-
-def print_table(rows: list[dict]) -> None:
-    print(f"{'dtype':<10}{'shape':<16}{'kernel ms':>10}{'GB/s':>8}{'eager ms':>10}"
-          f"{'compile ms':>11}{'vs eager':>9}{'vs compile':>11}")
-    for r in rows:
-        k, e, c = r["kernel"]["median_ms"], r["eager"]["median_ms"], r.get("compile", {})
-        cm = c.get("median_ms")
-        print(f"{r['dtype']:<10}{'x'.join(map(str, r['shape'])):<16}{k:>10.4f}"
-              f"{r['kernel']['gbps']:>8.1f}{e:>10.4f}{(f'{cm:.4f}' if cm else '-'):>11}"
-              f"{e / k:>8.2f}x{(f'{cm / k:.2f}x' if cm else '-'):>11}")
-
-
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repo", type=Path, help="dir holding build/<variant> (default: the project)")
-    p.add_argument("--build", action="store_true", help="build the kernel into a temp dir first")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", nargs="+", default=None, choices=list(DTYPES))
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=100)
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    p.add_argument("--quick", action="store_true", help="tiny shapes and few iterations (smoke)")
-    p.add_argument("--json", type=Path, default=Path("benchmark_rmsnorm.json"))
+def main(argv: list[str] | None = None) -> int:
+    bl = _benchlib()
+    p = bl.arg_parser(__doc__.splitlines()[0])
+    p.add_argument("--dtype", choices=list(DTYPES), default="bfloat16")
     args = p.parse_args(argv)
+    suite = bl.setup(args, "rmsnorm", BYTES)
+    cuda = suite.device == "cuda"
+    kernel = bl.load_kernel(args.variant_dir, suite.device, PROJECT)
+    suite.variant = bl.variant_name(kernel)
+    suite.measure_copy()
 
-    if args.quick:
-        shapes, args.warmup, args.iters = [(8, 256)], 1, 3
-    elif args.device == "cuda":
-        shapes = [(2048, 4096), (16384, 4096), (4096, 8192), (32768, 2048)]
+    if cuda:
+        shapes = SHAPES_CUDA_QUICK if args.quick else SHAPES
     else:
-        shapes = [(64, 1024), (512, 4096)]
-    dtypes = args.dtype or (["float32"] if args.quick else list(DTYPES))
-    kernel = load_kernel(args.repo, args.build, args.device)
-    rows = run(kernel, args.device, dtypes, shapes, args.warmup, args.iters, not args.no_compile)
-    print_table(rows)
-    device_name = (torch.cuda.get_device_name() if args.device == "cuda"
-                   else platform.processor() or platform.machine())
-    result = {"kernel": kernel.__name__, "device": args.device, "device_name": device_name,
-              "torch": torch.__version__, "timer": "cuda-events" if args.device == "cuda"
-              else "perf_counter", "results": rows}
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
-    return result
+        shapes = SHAPES_CPU_QUICK if args.quick else SHAPES_CPU
+    use_compile = not args.no_compile and not (args.quick and not cuda)
+    if not use_compile:
+        suite.skipped["compile"] = "--no-compile" if args.no_compile else "--quick on the CPU"
+    has_f_rms_norm = hasattr(F, "rms_norm")
+    if not has_f_rms_norm:
+        suite.skipped["F.rms_norm"] = f"not in torch {torch.__version__}"
+
+    dtype = DTYPES[args.dtype]
+    tol = TOL[dtype]
+    gen = torch.Generator(device=suite.device).manual_seed(42)
+    for rows, hidden in shapes:
+        x = torch.randn(rows, hidden, dtype=dtype, device=suite.device, generator=gen)
+        w = (1 + 0.1 * torch.randn(hidden, device=suite.device, generator=gen)).to(dtype)
+        ref = float32_rms_norm(x, w)
+
+        def close(r, ref=ref):
+            return bl.compare(r, ref, atol=tol, rtol=tol)
+
+        impls = [bl.prepare("ours", lambda: kernel.rms_norm(x, w, EPS), close)]
+        if has_f_rms_norm:
+            impls.append(bl.prepare("F.rms_norm", lambda: F.rms_norm(x, (hidden,), w, EPS), close))
+        impls.append(bl.prepare("eager", lambda: llama_rms_norm(x, w), close,
+                                note="float32 variance (LlamaRMSNorm)"))
+        if use_compile:
+            compiled, why = bl.compile_fn(llama_rms_norm, True)
+            if compiled is None:
+                impls.append(bl.Impl("compile", lambda: None, ok=False, error=why))
+            else:
+                impls.append(bl.prepare("compile", lambda: compiled(x, w), close,
+                                        note="torch.compile of the eager implementation"))
+        nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
+        suite.run_case(f"{rows}x{hidden}", nbytes, impls, shape=(rows, hidden), dtype=dtype)
+        del x, w, ref, impls
+        if cuda:
+            torch.cuda.empty_cache()
+    return bl.finish(suite, args.out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <Python.h>
+#include <torch/library.h>
 
 #define _CONCAT(A, B) A##B
 #define CONCAT(A, B) _CONCAT(A, B)
@@ -9,14 +10,29 @@
 #define _STRINGIFY(A) #A
 #define STRINGIFY(A) _STRINGIFY(A)
 
-// Expand NAME (e.g. TORCH_EXTENSION_NAME) before handing it to TORCH_LIBRARY.
-#define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)
-#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) TORCH_LIBRARY_IMPL(NAME, DEVICE, MODULE)
+// The op namespace (the build id) is defined once, in the generated extension.cpp, and read at
+// load time, so the binding's object does not depend on it: a new id (any edit of the kernel's
+// sources, Python included) recompiles that one small file, not the binding.
+extern const char kb_extension_name[];
 
-// An empty Python module whose import runs the static op registrations.
-#define REGISTER_EXTENSION(NAME)                                                   \
-  PyMODINIT_FUNC CONCAT(PyInit_, NAME)() {                                         \
-    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, STRINGIFY(NAME),    \
-                                        nullptr, 0, nullptr};                      \
-    return PyModule_Create(&module);                                               \
-  }
+// TORCH_LIBRARY / TORCH_LIBRARY_IMPL with the namespace taken from kb_extension_name. NAME is
+// accepted for compatibility (callers pass TORCH_EXTENSION_NAME) and otherwise unused.
+#define TORCH_LIBRARY_EXPAND(NAME, MODULE) _KB_TORCH_LIBRARY(MODULE, C10_UID)
+#define _KB_TORCH_LIBRARY(m, uid)                                                     \
+  static void C10_CONCATENATE(kb_library_init_, uid)(torch::Library&);               \
+  static const torch::detail::TorchLibraryInit C10_CONCATENATE(kb_library_static_, uid)( \
+      torch::Library::DEF, &C10_CONCATENATE(kb_library_init_, uid), kb_extension_name, \
+      std::nullopt, __FILE__, __LINE__);                                              \
+  void C10_CONCATENATE(kb_library_init_, uid)(torch::Library & m)
+
+#define TORCH_LIBRARY_IMPL_EXPAND(NAME, DEVICE, MODULE) _KB_TORCH_LIBRARY_IMPL(DEVICE, MODULE, C10_UID)
+#define _KB_TORCH_LIBRARY_IMPL(k, m, uid)                                             \
+  static void C10_CONCATENATE(kb_library_impl_init_, uid)(torch::Library&);          \
+  static const torch::detail::TorchLibraryInit C10_CONCATENATE(kb_library_impl_static_, uid)( \
+      torch::Library::IMPL, &C10_CONCATENATE(kb_library_impl_init_, uid),             \
+      kb_extension_name, std::make_optional(c10::DispatchKey::k), __FILE__, __LINE__); \
+  void C10_CONCATENATE(kb_library_impl_init_, uid)(torch::Library & m)
+
+// PyInit_<id>, an empty module whose import runs the static registrations, is defined in
+// the generated extension.cpp.
+#define REGISTER_EXTENSION(NAME)
