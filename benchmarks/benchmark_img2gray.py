@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             impls.append(bl.prepare("naive", lambda: naive(x, out2), exact,
                                     note="CuPy RawKernel, 16x16 blocks, 1 pixel/thread"))
         suite.run_case(f"{h}x{w}", 4 * h * w, impls, shape=(h, w, 3), dtype=torch.uint8)
-        del x, ref, out, impls
+        x = ref = out = out2 = impls = None  # free the case's memory before the next
         if cuda:
             torch.cuda.empty_cache()
     return bl.finish(suite, args.out)

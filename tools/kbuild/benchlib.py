@@ -1,10 +1,12 @@
 """Shared harness of the kernel benchmarks (`benchmarks/benchmark_*.py`, `kbuild bench`).
 
 Timing: on CUDA, CUDA events around each call after a warm-up, the median of `reps` calls.
-Before every timed call a 512 MiB buffer is zeroed: that evicts the inputs from the L2
-(60 MB on an H200), so every call reads its data from device memory, and it keeps the GPU
-busy while the CPU enqueues the call, so launch overhead on the host stays out of the
-figure. On the CPU, `time.perf_counter` around each call (no flush).
+Before every timed call a 512 MiB buffer is read (summed): that evicts the inputs from the L2
+(60 MB on an H200), so every call reads its data from device memory, and leaves the L2 full
+of clean lines, so no write-back of an earlier call's dirty lines lands inside the timed
+call (a zeroing flush would leave tens of MB of them). It also keeps the GPU busy while the
+CPU enqueues the call, so launch overhead on the host stays out of the figure. On the CPU,
+`time.perf_counter` around each call (no flush).
 
 Bandwidth: each benchmark states its byte count (the fewest bytes the op must move: every
 input read once, every output written once); GB/s = bytes / median time / 1e9. The ceiling
@@ -55,7 +57,7 @@ class Timing:
 def _flush_buffer(device: torch.device) -> torch.Tensor:
     key = str(device)
     if key not in _flush_buffers:
-        _flush_buffers[key] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+        _flush_buffers[key] = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     return _flush_buffers[key]
 
 
@@ -73,7 +75,7 @@ def time_fn(fn: Callable[[], Any], device: str | torch.device, *, reps: int = 50
         torch.cuda.synchronize(device)
         for i in range(reps):
             if buf is not None:
-                buf.zero_()
+                buf.sum()  # reads 512 MiB: the L2 holds none of fn's data, and no dirty lines
             starts[i].record()
             fn()
             ends[i].record()
@@ -100,7 +102,7 @@ def copy_bandwidth(device: str | torch.device, nbytes: int | None = None, *, rep
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
     dst = torch.empty_like(src)
     t = time_fn(lambda: dst.copy_(src), device, reps=reps, warmup=warmup, flush=False)
-    del src, dst
+    src = dst = None
     if device.type == "cuda":
         torch.cuda.empty_cache()
     moved = 2 * nbytes
@@ -223,7 +225,7 @@ class Suite:
             "kernel": self.kernel, "device": dev.type, "device_name": device_name, **extra,
             "torch": torch.__version__, "triton": triton_version,
             "python": platform.python_version(), "variant": self.variant,
-            "timer": ("cuda-events, median, L2 flushed (512 MiB zeroed) before each call"
+            "timer": ("cuda-events, median, L2 flushed (512 MiB read) before each call"
                       if dev.type == "cuda" else "perf_counter, median"),
             "reps": self.reps, "warmup": self.warmup, "quick": self.quick,
             "command": self.command(),
@@ -384,8 +386,8 @@ def setup(args: argparse.Namespace, kernel: str, bytes_formula: str) -> Suite:
     # One torch.compile per case (static shapes): lift the recompile limit.
     for name in ("recompile_limit", "cache_size_limit"):
         try:
-            import torch._dynamo
-            setattr(torch._dynamo.config, name, 256)
+            from torch import _dynamo
+            setattr(_dynamo.config, name, 256)
         except Exception:
             pass
     return Suite(kernel=kernel, device=args.device, reps=reps, warmup=warmup,
@@ -418,8 +420,8 @@ def compile_fn(fn: Callable, enabled: bool) -> tuple[Callable | None, str | None
     if not enabled:
         return None, "disabled (--no-compile)"
     try:
-        import torch._dynamo
-        torch._dynamo.reset()
+        from torch import _dynamo
+        _dynamo.reset()
         return torch.compile(fn, dynamic=False), None
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"[:300]

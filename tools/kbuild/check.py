@@ -166,11 +166,11 @@ def check_variant(variant: Path, *, python: str | None = None, load: bool = True
         if result["loadable"]:
             report.loaded = True
             report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")
-        elif result.get("crashed") or "Error" in result["reason"].split(":")[0]:
+        elif result.get("skipped"):
+            report.notes.append(f"not loadable on this machine: {result['reason']}")
+        else:
             report.loaded = False
             report.problems.append(f"load: {result['reason']}")
-        else:
-            report.notes.append(f"not loadable on this machine: {result['reason']}")
     return report
 
 

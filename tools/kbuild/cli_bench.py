@@ -24,6 +24,7 @@ from rich.table import Table
 from .errors import BuildError
 
 _out = Console(soft_wrap=True)
+_wide = Console(width=max(Console().width, 130))  # tables: no wrapping in logs
 _err = Console(stderr=True, soft_wrap=True)
 
 
@@ -150,14 +151,14 @@ def register(app: typer.Typer) -> None:
                     _warn(f"unreadable {path}: {e}")
             status.add_row(script.name, "[green]ok[/]" if code == 0 else f"[red]FAILED ({code})[/]",
                            f"{seconds:.1f}s", ", ".join(p.name for p in made) or "-")
-        _out.print(status)
+        _wide.print(status)
         for res in loaded:
             copy = res.get("copy", {}).get("gbps")
             _out.print(f"{res['kernel']}: {res.get('device_name')}, copy bandwidth "
                        f"{copy:.1f} GB/s" if copy else f"{res['kernel']}: no copy figure",
                        highlight=False)
         if loaded:
-            _out.print(summary_table(loaded))
+            _wide.print(summary_table(loaded))
         _out.print(f"results in {out}", highlight=False)
         if any(code for _, code, _, _ in runs):
             raise typer.Exit(1)

@@ -25,6 +25,12 @@ CPU, CUDA = "torch213-cxx11-cpu-x86_64-linux", "torch214-cxx11-cu130-x86_64-linu
 ENVS_DIR = REPO / ".kbuild" / "envs"
 
 
+
+def default_sigint() -> None:
+    """Children of a background shell start with SIGINT ignored; tests need the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def project_copy(root: Path) -> Path:
     project = copy_project(root)
     shutil.copy2(REPO / "pixi.toml", project / "pixi.toml")
@@ -44,7 +50,8 @@ def start_build_all(project: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "kbuild", "build-all", str(project), "--only", ",".join(ENVS),
          "--envs-dir", str(ENVS_DIR), "--json", str(project / "summary.json"), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_sigint)
 
 
 def only_complete_variants(build: Path) -> list[str]:

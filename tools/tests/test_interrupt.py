@@ -16,10 +16,17 @@ from kbuild import pipeline
 from kbuild.check import check_variant
 
 
+
+def default_sigint() -> None:
+    """Children of a background shell start with SIGINT ignored; tests need the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_build(project: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 def compiler_pids(project: Path) -> list[int]:

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 short = {"float16": "fp16", "bfloat16": "bf16"}[dtype_name]
                 suite.run_case(f"2^{k} {short}", nbytes, impls, shape=in_shape, dtype=dtype,
                                group=op)
-                del x, out, ref, impls
+                x = out = ref = impls = None  # free this case's memory
                 if cuda:
                     torch.cuda.empty_cache()
     return bl.finish(suite, args.out)

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                                         note="torch.compile of the eager implementation"))
         nbytes = 2 * x.numel() * x.element_size() + w.numel() * w.element_size()
         suite.run_case(f"{rows}x{hidden}", nbytes, impls, shape=(rows, hidden), dtype=dtype)
-        del x, w, ref, impls
+        x = w = ref = impls = None  # free this case's memory
         if cuda:
             torch.cuda.empty_cache()
     return bl.finish(suite, args.out)

@@ -13,10 +13,18 @@ try:
 
     meta = json.loads((variant / "metadata.json").read_text())
     backend = meta["backend"]["type"]
-    _, trace = resolve_variants([parse_variant(variant.name)], backend)
-    decision = trace[0] if trace else None
-    if not isinstance(decision, VariantAccepted):
+    try:
+        _, trace = resolve_variants([parse_variant(variant.name)], backend)
+        decision = trace[0] if trace else None
+    except ValueError as exc:  # e.g. a CUDA variant where torch has no CUDA
+        decision = None
+        result["reason"] = str(exc)
+        result["skipped"] = True
+    if result.get("skipped"):
+        pass
+    elif not isinstance(decision, VariantAccepted):
         result["reason"] = getattr(decision, "reason", "not accepted by kernels on this system")
+        result["skipped"] = True
     else:
         module = get_local_kernel(variant, backend=backend)
         prefix = meta["id"] + "::"
