@@ -34,7 +34,14 @@ RESERVE=20                      # seconds kept for packing the results
 SANITIZER_FLAGS=${SANITIZER_FLAGS---report-api-errors no}  # set it empty for the bare command
 SELF=$REPO/gpu/run.sh
 ARGS="$*"
-export PYTHONUNBUFFERED=1 HF_HUB_DISABLE_TELEMETRY=1 COLUMNS=${COLUMNS:-150}
+export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
+# On the lent H200 image, a C++ extension built there (ours, or torch.utils.cpp_extension's)
+# crashes in std::ostream << long unless the compiler's own libstdc++ is loaded first: some
+# module in that python process brings a second copy of libstdc++'s locale facets. Seen with
+# torch 2.11 + g++ 13.3 there; not on our CI machines. See docs/gpu.md.
+if [[ $DEVICE == cuda ]] && command -v g++ >/dev/null; then
+  export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
+fi
 export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
 export WORK RES PY DEVICE
 
