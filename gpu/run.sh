@@ -208,7 +208,11 @@ fi
 
 # --- the builder's own tests last (they matter least for the GPU) ------------------------------
 if wants test; then
-  stage tools-tests 240 "$PY" -m pytest tools/tests -q -m "not slow" -p no:cacheprovider --durations=10
+  # The builder's own tests, less those that need PyPI or huggingface_hub >= 2.3 (the
+  # publishing stack): the image has huggingface_hub 1.x and no network. CI runs them all.
+  stage tools-tests 240 "$PY" -m pytest tools/tests -q -m "not slow" -p no:cacheprovider --durations=10 \
+    --ignore=tools/tests/test_hub_server.py --ignore=tools/tests/test_publish.py \
+    --ignore=tools/tests/test_to_wheel.py --ignore=tools/tests/test_build_all.py
 fi
 
 pack

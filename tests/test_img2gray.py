@@ -87,12 +87,12 @@ def test_registered_on_expected_dispatch_keys(kernel):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU")
 
 
-def test_loads_through_local_kernels_and_get_kernel(variant_dir):
+def test_loads_through_local_kernels_and_get_kernel(variant_dir, device):
     """LOCAL_KERNELS + get_kernel(..., version=1), in a fresh process as a user would."""
     code = (
         "import torch, kernels\n"
-        "k = kernels.get_kernel('kernels-test/img2gray', version=1, backend='cpu')\n"
-        "x = torch.randint(0, 256, (33, 65, 3), dtype=torch.uint8)\n"
+        f"k = kernels.get_kernel('kernels-test/img2gray', version=1, backend={device!r})\n"
+        f"x = torch.randint(0, 256, (33, 65, 3), dtype=torch.uint8, device={device!r})\n"
         "ref = ((x.float()[..., 0] * 0.21 + x.float()[..., 1] * 0.72 + x.float()[..., 2] * 0.07)"
         ".to(torch.uint8))\n"
         "assert torch.equal(k.img2gray(x), ref)\n"
