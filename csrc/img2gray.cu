@@ -5,70 +5,92 @@
 namespace {
 
 // No FMA contraction: the result must match the PyTorch reference bit for bit.
-__device__ __forceinline__ uint8_t luma(uint32_t r, uint32_t g, uint32_t b) {
+__device__ __forceinline__ uint32_t luma(uint32_t r, uint32_t g, uint32_t b) {
   float v = __fadd_rn(__fmul_rn(IMG2GRAY_WR, static_cast<float>(r)),
                       __fmul_rn(IMG2GRAY_WG, static_cast<float>(g)));
   v = __fadd_rn(v, __fmul_rn(IMG2GRAY_WB, static_cast<float>(b)));
-  return static_cast<uint8_t>(v);
+  return static_cast<uint32_t>(v);
 }
 
-__device__ __forceinline__ uint32_t byte_at(const uint4& v, int k) {
+__device__ __forceinline__ uint32_t byte_of(const uint4& a, const uint4& b, const uint4& c, int i) {
+  const uint4& v = i < 16 ? a : i < 32 ? b : c;
+  const int k = i & 15;
   const uint32_t w = k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w;
   return (w >> (8 * (k & 3))) & 0xffu;
 }
 
-constexpr int kPixelsPerThread = 16;  // 48 bytes in (3 x 16 B), 16 bytes out
-constexpr int kThreads = 256;
-
-// Each thread converts 16 consecutive pixels with three 16-byte loads and one
-// 16-byte store. The image is treated as a flat run of pixels, so any width
-// works; the tail of fewer than 16 pixels goes through `img2gray_tail`.
-__global__ void __launch_bounds__(kThreads)
-img2gray_vec16(const uint4* __restrict__ rgb, uint4* __restrict__ gray, int64_t chunks) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < chunks;
-       c += stride) {
-    const uint4 a = __ldcs(rgb + 3 * c);
-    const uint4 b = __ldcs(rgb + 3 * c + 1);
-    const uint4 d = __ldcs(rgb + 3 * c + 2);
-    uint32_t out[4];
+// 16 packed RGB pixels (48 bytes in three uint4) -> 16 gray bytes.
+__device__ __forceinline__ uint4 convert16(const uint4& a, const uint4& b, const uint4& c) {
+  uint32_t out[4];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      uint32_t word = 0;
+  for (int w = 0; w < 4; ++w) {
+    uint32_t word = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int p = 4 * w + j;  // pixel in chunk, bytes 3p .. 3p+2 of a|b|d
-        uint32_t ch[3];
-#pragma unroll
-        for (int k = 0; k < 3; ++k) {
-          const int byte = 3 * p + k;
-          ch[k] = byte < 16 ? byte_at(a, byte) : byte < 32 ? byte_at(b, byte - 16) : byte_at(d, byte - 32);
-        }
-        word |= static_cast<uint32_t>(luma(ch[0], ch[1], ch[2])) << (8 * j);
-      }
-      out[w] = word;
+    for (int j = 0; j < 4; ++j) {
+      const int p = 3 * (4 * w + j);
+      word |= luma(byte_of(a, b, c, p), byte_of(a, b, c, p + 1), byte_of(a, b, c, p + 2)) << (8 * j);
     }
-    __stcs(gray + c, make_uint4(out[0], out[1], out[2], out[3]));
+    out[w] = word;
   }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// One thread per pixel: used for the tail and for buffers that are not 16-byte aligned.
-__global__ void img2gray_scalar(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray,
-                                int64_t begin, int64_t end) {
-  const int64_t i = begin + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < end) gray[i] = luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]);
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPixels = 16;              // per thread and step: 48 bytes in, 16 out
+constexpr int kGroup = 32 * kPixels;     // pixels per warp and step
+
+// The image is a flat run of pixels, so any width works. Each warp converts 512 pixels per
+// step: it reads their 1536 bytes with three fully coalesced 16-byte loads per thread, passes
+// them through shared memory so that each thread holds its own 16 pixels, and writes 512
+// coalesced bytes. The last < 512 pixels are done by the first threads of the grid, one
+// pixel each, in the same launch.
+__global__ void __launch_bounds__(kThreads)
+img2gray_kernel(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray, int64_t pixels) {
+  __shared__ uint4 tile[kWarps][96];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t groups = pixels / kGroup;
+  const uint4* in = reinterpret_cast<const uint4*>(rgb);
+  uint4* out = reinterpret_cast<uint4*>(gray);
+  uint4* t = tile[warp];
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const uint4* src = in + g * 96;
+    const uint4 a = __ldcs(src + lane);
+    const uint4 b = __ldcs(src + 32 + lane);
+    const uint4 c = __ldcs(src + 64 + lane);
+    t[lane] = a;
+    t[32 + lane] = b;
+    t[64 + lane] = c;
+    __syncwarp();
+    const uint4 p0 = t[3 * lane], p1 = t[3 * lane + 1], p2 = t[3 * lane + 2];
+    __syncwarp();
+    __stcs(out + g * 32 + lane, convert16(p0, p1, p2));
+  }
+  const int64_t i = groups * kGroup + static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < pixels) gray[i] = static_cast<uint8_t>(luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]));
 }
 
-int blocks_for(int64_t work, int threads) {
-  static int max_blocks = 0;
-  if (max_blocks == 0) {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
+// Any alignment: one thread per pixel (sub-tensors that start off a 16-byte boundary).
+__global__ void img2gray_unaligned(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray,
+                                   int64_t pixels) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < pixels) gray[i] = static_cast<uint8_t>(luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]));
+}
+
+int max_resident_blocks() {
+  static int cached[64] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  int& blocks = cached[device & 63];
+  if (blocks == 0) {
+    int sms = 0, per_sm = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    max_blocks = sms > 0 ? sms * 16 : 4096;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, img2gray_kernel, kThreads, 0);
+    blocks = sms > 0 && per_sm > 0 ? sms * per_sm : 1024;
   }
-  const int64_t needed = (work + threads - 1) / threads;
-  return static_cast<int>(needed < max_blocks ? needed : max_blocks);
+  return blocks;
 }
 
 }  // namespace
@@ -78,20 +100,18 @@ int img2gray_cuda_launch(const uint8_t* rgb, uint8_t* gray, int64_t pixels, void
   cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool aligned = (reinterpret_cast<uintptr_t>(rgb) % 16 == 0) &&
                        (reinterpret_cast<uintptr_t>(gray) % 16 == 0);
-  int64_t done = 0;
   if (aligned) {
-    const int64_t chunks = pixels / kPixelsPerThread;
-    if (chunks > 0) {
-      img2gray_vec16<<<blocks_for(chunks, kThreads), kThreads, 0, stream>>>(
-          reinterpret_cast<const uint4*>(rgb), reinterpret_cast<uint4*>(gray), chunks);
-      done = chunks * kPixelsPerThread;
-    }
-  }
-  const int64_t rest = pixels - done;
-  if (rest > 0) {
-    const int threads = 256;
-    const int64_t blocks = (rest + threads - 1) / threads;
-    img2gray_scalar<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(rgb, gray, done, pixels);
+    const int64_t groups = pixels / kGroup;
+    const int64_t tail_blocks = (pixels - groups * kGroup + kThreads - 1) / kThreads;
+    int64_t blocks = (groups + kWarps - 1) / kWarps;
+    const int64_t resident = max_resident_blocks();
+    blocks = blocks < resident ? blocks : resident;
+    blocks = blocks > tail_blocks ? blocks : tail_blocks;
+    img2gray_kernel<<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(
+        rgb, gray, pixels);
+  } else {
+    const int64_t blocks = (pixels + kThreads - 1) / kThreads;
+    img2gray_unaligned<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(rgb, gray, pixels);
   }
   return static_cast<int>(cudaGetLastError());
 }

@@ -27,6 +27,24 @@ def _rms_norm_fwd(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr):
         tl.store(y_row + cols, (normed * w).to(Y.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rms_norm_fwd_row(X, W, Y, stride_x, stride_y, N, eps, BLOCK: tl.constexpr):
+    """One pass: the whole row (N <= BLOCK) stays in registers between the two steps."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0,
+                eviction_policy="evict_first").to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    normed = (x * rstd).to(Y.dtype.element_ty).to(tl.float32)
+    tl.store(Y + row * stride_y + cols, (normed * w).to(Y.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+SINGLE_PASS_MAX = 16384  # widest row kept in registers
+
+
 def rms_norm_triton(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
     if hidden_states.numel() == 0:
@@ -37,10 +55,16 @@ def rms_norm_triton(hidden_states: torch.Tensor, weight: torch.Tensor, eps: floa
         x = x.contiguous()
     y = out.view(-1, n)
     w = weight.contiguous()
-    block = min(triton.next_power_of_2(n), 4096)
-    num_warps = max(1, min(16, block // 256))
     with torch.cuda.device(hidden_states.device):
-        _rms_norm_fwd[(x.shape[0],)](
-            x, w, y, x.stride(0), y.stride(0), n, eps, BLOCK=block, num_warps=num_warps
-        )
+        if n <= SINGLE_PASS_MAX:
+            block = triton.next_power_of_2(n)
+            num_warps = max(1, min(16, block // 512))  # about 16 elements per thread
+            _rms_norm_fwd_row[(x.shape[0],)](
+                x, w, y, x.stride(0), y.stride(0), n, eps, BLOCK=block, num_warps=num_warps
+            )
+        else:
+            block = 4096
+            _rms_norm_fwd[(x.shape[0],)](
+                x, w, y, x.stride(0), y.stride(0), n, eps, BLOCK=block, num_warps=16
+            )
     return out
