@@ -38,7 +38,8 @@ __device__ __forceinline__ uint4 convert16(const uint4& a, const uint4& b, const
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPixels = 16;              // per thread and step: 48 bytes in, 16 out
-constexpr int kGroup = 32 * kPixels;     // pixels per warp and step
+constexpr int kGroup = 32 * kPixels;     // pixels per warp group
+constexpr int kUnroll = 2;               // groups per warp and step
 
 // The image is a flat run of pixels, so any width works. Each warp converts 512 pixels per
 // step: it reads their 1536 bytes with three fully coalesced 16-byte loads per thread, passes
@@ -54,19 +55,31 @@ img2gray_kernel(const uint8_t* __restrict__ rgb, uint8_t* __restrict__ gray, int
   const uint4* in = reinterpret_cast<const uint4*>(rgb);
   uint4* out = reinterpret_cast<uint4*>(gray);
   uint4* t = tile[warp];
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp; g < groups;
-       g += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const uint4* src = in + g * 96;
-    const uint4 a = __ldcs(src + lane);
-    const uint4 b = __ldcs(src + 32 + lane);
-    const uint4 c = __ldcs(src + 64 + lane);
-    t[lane] = a;
-    t[32 + lane] = b;
-    t[64 + lane] = c;
-    __syncwarp();
-    const uint4 p0 = t[3 * lane], p1 = t[3 * lane + 1], p2 = t[3 * lane + 2];
-    __syncwarp();
-    __stcs(out + g * 32 + lane, convert16(p0, p1, p2));
+  // kUnroll groups per step: all their loads are issued before the first is used.
+  for (int64_t g0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kUnroll; g0 < groups;
+       g0 += static_cast<int64_t>(gridDim.x) * kWarps * kUnroll) {
+    uint4 v[kUnroll][3];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (g0 + u < groups) {  // warp-uniform
+        const uint4* src = in + (g0 + u) * 96;
+        v[u][0] = __ldcs(src + lane);
+        v[u][1] = __ldcs(src + 32 + lane);
+        v[u][2] = __ldcs(src + 64 + lane);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (g0 + u < groups) {
+        t[lane] = v[u][0];
+        t[32 + lane] = v[u][1];
+        t[64 + lane] = v[u][2];
+        __syncwarp();
+        const uint4 p0 = t[3 * lane], p1 = t[3 * lane + 1], p2 = t[3 * lane + 2];
+        __syncwarp();
+        __stcs(out + (g0 + u) * 32 + lane, convert16(p0, p1, p2));
+      }
+    }
   }
   const int64_t i = groups * kGroup + static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < pixels) gray[i] = static_cast<uint8_t>(luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]));
@@ -79,20 +92,6 @@ __global__ void img2gray_unaligned(const uint8_t* __restrict__ rgb, uint8_t* __r
   if (i < pixels) gray[i] = static_cast<uint8_t>(luma(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]));
 }
 
-int max_resident_blocks() {
-  static int cached[64] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  int& blocks = cached[device & 63];
-  if (blocks == 0) {
-    int sms = 0, per_sm = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, img2gray_kernel, kThreads, 0);
-    blocks = sms > 0 && per_sm > 0 ? sms * per_sm : 1024;
-  }
-  return blocks;
-}
-
 }  // namespace
 
 int img2gray_cuda_launch(const uint8_t* rgb, uint8_t* gray, int64_t pixels, void* stream_ptr) {
@@ -103,9 +102,8 @@ int img2gray_cuda_launch(const uint8_t* rgb, uint8_t* gray, int64_t pixels, void
   if (aligned) {
     const int64_t groups = pixels / kGroup;
     const int64_t tail_blocks = (pixels - groups * kGroup + kThreads - 1) / kThreads;
-    int64_t blocks = (groups + kWarps - 1) / kWarps;
-    const int64_t resident = max_resident_blocks();
-    blocks = blocks < resident ? blocks : resident;
+    // One step per warp (no grid-stride tail imbalance); at least enough blocks for the tail.
+    int64_t blocks = (groups + kWarps * kUnroll - 1) / (kWarps * kUnroll);
     blocks = blocks > tail_blocks ? blocks : tail_blocks;
     img2gray_kernel<<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(
         rgb, gray, pixels);

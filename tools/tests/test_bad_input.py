@@ -112,6 +112,7 @@ def test_missing_compiler(project):
     assert not (project / "build").exists()
 
 
+@pytest.mark.skipif(__import__("torch").version.cuda is not None, reason="needs a CPU-only torch")
 def test_cuda_backend_with_cpu_torch(project):
     proc = kbuild("build", project, "--backend", "cuda")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr

@@ -22,6 +22,10 @@ def files(variant: Path) -> dict[str, bytes]:
 
 
 def build_twice(tmp_path: Path, **kw):
+    has_commit = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", "HEAD:build.toml"],
+                                capture_output=True).returncode == 0
+    if not has_commit:  # e.g. a copy of the tree without its history
+        pytest.skip("this checkout has no commit holding the project to clone")
     results = []
     for name in ("first-checkout", "second/deeper/checkout"):
         (result,) = pipeline.build(clone(tmp_path / name), **kw)

@@ -278,7 +278,8 @@ def _load_benchmark_module():
 
 def test_benchmark_smoke_cpu(activation, activation_repo, tmp_path):
     bench = _load_benchmark_module()
-    assert bench.main(["--variant-dir", str(activation_repo / "build"), "--device", "cpu",
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the variant built for this torch
+    assert bench.main(["--variant-dir", str(activation_repo / "build"), "--device", device,
                        "--quick", "--no-compile", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "activation.json").read_text())
     ours = [r for r in result["rows"] if r["impl"] == "ours"]
