@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,3 +41,44 @@ def cuda_env():
     """The torch 2.14.1 + CUDA 13.0 environment of pixi.toml, realised from PyPI under .kbuild/envs."""
     from kbuild import envs, matrix
     return envs.realise(matrix.load(REPO).get(CUDA_ENV), REPO / ".kbuild" / "envs")
+
+
+def default_sigint() -> None:
+    """Children of a background shell start with SIGINT ignored; tests need the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def compiler_pids(project: Path) -> list[int]:
+    """Compiler processes (host or CUDA) working on files of `project`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(project) in cmd and any(t in cmd for t in ("cc1plus", "cicc", "ptxas", "nvcc ", " -c ")):
+            pids.append(int(proc.name))
+    return pids
+
+
+def wait_for(predicate, timeout: float = 600.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def complete_variants(build: Path) -> list[str]:
+    """The entries of build/, each asserted to be a complete variant (`check`, minus loading)."""
+    from kbuild.check import check_variant
+    if not build.exists():
+        return []
+    names = sorted(p.name for p in build.iterdir())
+    for name in names:
+        report = check_variant(build / name, load=False)
+        assert report.ok, (name, report.problems)
+    return names

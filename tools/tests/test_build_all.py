@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import REPO, copy_project
+from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
+                            default_sigint, wait_for)
 from kbuild import envs, matrix
 from kbuild.check import check_variant
 
@@ -25,10 +26,6 @@ CPU, CUDA = "torch213-cxx11-cpu-x86_64-linux", "torch214-cxx11-cu130-x86_64-linu
 ENVS_DIR = REPO / ".kbuild" / "envs"
 
 
-
-def default_sigint() -> None:
-    """Children of a background shell start with SIGINT ignored; tests need the default."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def project_copy(root: Path) -> Path:
@@ -54,38 +51,7 @@ def start_build_all(project: Path, *args: str) -> subprocess.Popen:
         preexec_fn=default_sigint)
 
 
-def only_complete_variants(build: Path) -> list[str]:
-    """Every entry of build/ is a complete variant (check passes, minus loading)."""
-    if not build.exists():
-        return []
-    names = sorted(p.name for p in build.iterdir())
-    for name in names:
-        report = check_variant(build / name, load=False)
-        assert report.ok, (name, report.problems)
-    return names
 
-
-def compiler_pids(project: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(project) in cmd and any(t in cmd for t in ("cc1plus", "cicc", "ptxas", "nvcc ")):
-            pids.append(int(proc.name))
-    return pids
-
-
-def wait_for(predicate, timeout: float = 600.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # -- fast ----------------------------------------------------------------------------------------
@@ -142,7 +108,7 @@ def test_build_all_builds_both_variants(built, realised):
     assert summary["via"] == "pypi"
     assert {r["variant"]: r["status"] for r in summary["results"]} == {CPU: "built", CUDA: "built"}
     assert all(r["so_bytes"] > 0 for r in summary["results"])
-    assert only_complete_variants(project / "build") == sorted([CPU, CUDA])
+    assert complete_variants(project / "build") == sorted([CPU, CUDA])
     assert CPU in proc.stdout and CUDA in proc.stdout  # the final table
 
 
@@ -192,7 +158,7 @@ def test_rerun_skips_unchanged_variants(built):
 
 
 @pytest.mark.slow
-def test_sigint_leaves_only_complete_variants(tmp_path, realised):
+def test_sigint_leaves_complete_variants(tmp_path, realised):
     project = project_copy(tmp_path / "p")
     proc = start_build_all(project, "--jobs", "2")
     assert wait_for(lambda: compiler_pids(project)), "no compiler ever started"
@@ -203,12 +169,12 @@ def test_sigint_leaves_only_complete_variants(tmp_path, realised):
     assert not compiler_pids(project), "compilers outlived build-all"
     statuses = {r["env"]: r["status"] for r in json.loads((project / "summary.json").read_text())["results"]}
     assert "interrupted" in statuses.values(), statuses
-    done = only_complete_variants(project / "build")
+    done = complete_variants(project / "build")
     assert set(done) <= {CPU, CUDA}
     # A second run finishes the job from whatever was left.
     again = build_all(project, env={"KBUILD_COMPILER_CACHE": "none"})
     assert again.returncode == 0, again.stdout + again.stderr
-    assert only_complete_variants(project / "build") == sorted([CPU, CUDA])
+    assert complete_variants(project / "build") == sorted([CPU, CUDA])
 
 
 @pytest.mark.slow
@@ -234,4 +200,4 @@ def test_killed_compiler_fails_one_environment_only(tmp_path, realised):
     assert results[good]["status"] == "built"
     log = Path(results[bad]["log"])
     assert log.is_file() and str(log) in stderr  # the failure's log is kept and pointed to
-    assert only_complete_variants(project / "build") == [good]
+    assert complete_variants(project / "build") == [good]

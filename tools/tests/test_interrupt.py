@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import copy_project
+from kbuild_testing import (complete_variants, compiler_pids, copy_project, default_sigint,
+                            wait_for)
 from kbuild import pipeline
 from kbuild.check import check_variant
 
 
-
-def default_sigint() -> None:
-    """Children of a background shell start with SIGINT ignored; tests need the default."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_build(project: Path) -> subprocess.Popen:
@@ -29,37 +26,7 @@ def start_build(project: Path) -> subprocess.Popen:
                             preexec_fn=default_sigint)
 
 
-def compiler_pids(project: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(project) in cmd and ("cc1plus" in cmd or " -c " in cmd):
-            pids.append(int(proc.name))
-    return pids
 
-
-def wait_for(predicate, timeout=120.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def variants_complete_or_absent(build: Path) -> list[str]:
-    if not build.exists():
-        return []
-    names = sorted(p.name for p in build.iterdir())
-    for name in names:
-        report = check_variant(build / name, load=False)
-        assert report.ok, (name, report.problems)
-    return names
 
 
 @pytest.mark.parametrize("how", ["sigint-builder", "sigkill-builder", "sigkill-compiler"])
@@ -75,10 +42,10 @@ def test_killed_build_leaves_no_partial_variant(tmp_path, how):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "Traceback" not in stderr
-    assert variants_complete_or_absent(project / "build") == []
+    assert complete_variants(project / "build") == []
     # A later build completes normally from whatever was left.
     (result,) = pipeline.build(project, backends=["cpu"])
-    assert variants_complete_or_absent(project / "build") == [result.variant]
+    assert complete_variants(project / "build") == [result.variant]
 
 
 def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
@@ -91,7 +58,7 @@ def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
     assert wait_for(lambda: compiler_pids(project))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
-    assert variants_complete_or_absent(project / "build") == [first.variant]
+    assert complete_variants(project / "build") == [first.variant]
     assert (first.path / "metadata.json").read_bytes() == before
 
 
@@ -105,5 +72,5 @@ def test_interrupt_during_install_window(tmp_path, monkeypatch):
     monkeypatch.setattr(pl, "install", boom)
     with pytest.raises(KeyboardInterrupt):
         pipeline.build(project, backends=["cpu"])
-    assert variants_complete_or_absent(project / "build") == []
+    assert complete_variants(project / "build") == []
     assert not list((project / ".kbuild" / "staging").iterdir())
