@@ -48,8 +48,8 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def compiler_pids(project: Path) -> list[int]:
-    """Compiler processes (host or CUDA) working on files of `project`."""
+def compiler_pids(project: Path, source: str = "") -> list[int]:
+    """Compiler processes (host or CUDA) working on files of `project` (and on `source`)."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -58,7 +58,8 @@ def compiler_pids(project: Path) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(project) in cmd and any(t in cmd for t in ("cc1plus", "cicc", "ptxas", "nvcc ", " -c ")):
+        if str(project) in cmd and source in cmd and any(
+                t in cmd for t in ("cc1plus", "cicc", "ptxas", "nvcc ", " -c ")):
             pids.append(int(proc.name))
     return pids
 

@@ -33,9 +33,10 @@ def start_build(project: Path) -> subprocess.Popen:
 def test_killed_build_leaves_no_partial_variant(tmp_path, how):
     project = copy_project(tmp_path / "p")
     proc = start_build(project)
-    assert wait_for(lambda: compiler_pids(project)), "the compiler never started"
+    # The binding takes seconds to compile: killing it cannot race with its completion.
+    assert wait_for(lambda: compiler_pids(project, "torch_binding")), "the compiler never started"
     if how == "sigkill-compiler":
-        for pid in compiler_pids(project):
+        for pid in compiler_pids(project, "torch_binding"):
             os.kill(pid, signal.SIGKILL)
     else:
         os.killpg(proc.pid, signal.SIGINT if how == "sigint-builder" else signal.SIGKILL)
@@ -55,7 +56,7 @@ def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
     binding = project / "torch-ext" / "torch_binding.cpp"
     binding.write_text(binding.read_text() + "\n// changed\n")
     proc = start_build(project)
-    assert wait_for(lambda: compiler_pids(project))
+    assert wait_for(lambda: compiler_pids(project, "torch_binding"))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert complete_variants(project / "build") == [first.variant]
