@@ -30,7 +30,8 @@ CPP_EXT = r"""
 import os, sys, torch
 from torch.utils.cpp_extension import load
 project, gen, build, backend = sys.argv[1:5]
-srcs = [f"{project}/torch-ext/torch_binding.cpp", f"{project}/csrc/img2gray_cpu.cpp"]
+srcs = [f"{project}/torch-ext/torch_binding.cpp", f"{project}/csrc/img2gray_cpu.cpp",
+        f"{gen}/extension.cpp"]
 flags = ["-O3", "-DPy_LIMITED_API=0x03090000", f"-D{backend.upper()}_KERNEL"]
 if backend == "cuda":
     srcs.append(f"{project}/csrc/img2gray.cu")
@@ -73,7 +74,10 @@ def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
     project = copy_project(tmp / "cpp_extension")
     gen = tmp / "gen"
     gen.mkdir()
-    shutil.copy(REPO / "tools/kbuild/resources/templates/registration.h", gen)
+    templates = REPO / "tools/kbuild/resources/templates"
+    shutil.copy(templates / "registration.h", gen)  # the same generated files our build uses
+    (gen / "extension.cpp").write_text(
+        (templates / "extension.cpp").read_text().replace("@ID@", "_img2gray_cppext"))
     build = tmp / "ce-build"
     build.mkdir()
     script = tmp / "cppext.py"
@@ -102,7 +106,9 @@ def main() -> None:
         from kbuild import envs, matrix
         cuda_python = str(envs.realise(matrix.load(REPO).get("torch214-cu130"),
                                        REPO / ".kbuild" / "envs").python)
-        subprocess.run([cuda_python, "-m", "pip", "install", "-q", "ninja"], check=True)
+        # cpp_extension needs ninja inside the environment it builds for.
+        subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python",
+                        cuda_python, "ninja"], check=True)
         runs.append(("cuda", cuda_python))
     results = {"machine": {"cpus": os.cpu_count()}, "repeat": args.repeat, "variants": {}}
     for backend, python in runs:
