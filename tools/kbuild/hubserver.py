@@ -6,7 +6,7 @@ The real `huggingface_hub` and `kernels` clients talk to it unchanged through
 tags and pull requests (`refs/pr/N`). Every file is a regular git blob, so the
 clients never need Xet or LFS.
 
-Endpoints and pitfalls: /work/shared/spec/hub-api.md. Unknown routes answer 404
+Endpoints and pitfalls: the project's shared spec, hub-api.md. Unknown routes answer 404
 with a JSON error and are recorded in `HubServer.unknown_routes`.
 
     python -m kbuild.hubserver --port 8080 [--token T] [--data-dir D]
