@@ -39,7 +39,10 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPixels = 16;              // per thread and step: 48 bytes in, 16 out
 constexpr int kGroup = 32 * kPixels;     // pixels per warp group
-constexpr int kUnroll = 2;               // groups per warp and step
+#ifndef IMG2GRAY_UNROLL
+#define IMG2GRAY_UNROLL 2
+#endif
+constexpr int kUnroll = IMG2GRAY_UNROLL;  // groups per warp and step (tuning knob)
 
 // The image is a flat run of pixels, so any width works. Each warp converts 512 pixels per
 // step: it reads their 1536 bytes with three fully coalesced 16-byte loads per thread, passes
