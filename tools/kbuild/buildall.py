@@ -115,16 +115,6 @@ def so_size(variant_dir: Path) -> int | None:
     return sum(p.stat().st_size for p in sos) if sos else None
 
 
-def drop_stale_cmake(project: Path, variant: str, cuda_home: Path | None) -> None:
-    """A CMake cache configured with another nvcc would keep using it: start that one afresh."""
-    cache = project / WORK_DIR / variant / "cmake-build" / "CMakeCache.txt"
-    if not cache.is_file() or cuda_home is None:
-        return
-    m = re.search(r"^CMAKE_CUDA_COMPILER:\w+=(.*)$", cache.read_text(errors="replace"), re.M)
-    if m and Path(m.group(1)).resolve() != (cuda_home / "bin" / "nvcc").resolve():
-        shutil.rmtree(cache.parent, ignore_errors=True)
-
-
 def pixi_available(matrix: Matrix) -> bool:
     return bool(shutil.which("pixi")) and matrix.path.is_file()
 
@@ -231,7 +221,6 @@ class Runner:
             cmd = [sys.executable, "-m", "kbuild", *args, "--python", str(python)]
             if cuda_home:
                 env["CUDA_HOME"] = str(cuda_home)
-                drop_stale_cmake(self.project, spec.variant(), cuda_home)
             if "KBUILD_COMPILER_CACHE" not in env and self.sccache:
                 env["KBUILD_COMPILER_CACHE"] = str(self.sccache)
         return self._call(spec.name, cmd, log, env=env, progress=True)

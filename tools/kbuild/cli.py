@@ -156,6 +156,11 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
         sys.exit(130)
+    except OSError as e:  # a tool or file the build needs could not be run or read
+        err.print("[red]error:[/] ", end="", highlight=False)
+        err.print(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "), highlight=False,
+                  markup=False)
+        sys.exit(2)
 
 
 from .cli_matrix import register  # noqa: E402  (build-all, envs)

@@ -51,7 +51,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
     if plan.cuda:
-        # One arch for CMake's own probe compiles (each kernel target sets its full list).
+        # CMake wants a default; each kernel target sets its own list of archs.
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
         args += [f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
@@ -78,8 +78,13 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Pa
     log = src / "build.log"
     log.write_text("")
     env = dict(os.environ)
+    args = configure_args(plan, src, build)
+    stamp = build / "kbuild-configure.args"
+    if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
+        shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
     if not (build / "build.ninja").is_file():
-        run_logged(configure_args(plan, src, build), log, "CMake configure", env)
+        run_logged(args, log, "CMake configure", env)
+        stamp.write_text("\n".join(args))
     cmd = [_tool("cmake"), "--build", str(build)]
     if jobs:
         cmd += ["--parallel", str(jobs)]

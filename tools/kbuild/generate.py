@@ -93,7 +93,7 @@ def plan_cmake(plan: VariantPlan) -> str:
 
 
 def ops_py(plan: VariantPlan) -> str:
-    name = "_ops.py" if plan.compiled else "_ops_noarch.py"
+    name = "_ops.py.in" if plan.compiled else "_ops_noarch.py.in"
     return template(name).replace("@ID@", plan.kernel_id)
 
 

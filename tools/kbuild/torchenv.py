@@ -160,7 +160,7 @@ def _nvcc_candidates(env: TorchEnv) -> list[Path]:
     found: list[Path] = []
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
         if os.environ.get(var):
-            found.append(Path(os.environ[var]) / "bin" / "nvcc")
+            found.append(Path(os.environ[var]).absolute() / "bin" / "nvcc")
     # NVIDIA's toolkit wheels inside the target environment (PyPI-realised environments).
     site = Path(env.site_packages) / "nvidia"
     found += sorted(site.glob("cu*/bin/nvcc")) + sorted(site.glob("cuda_nvcc/bin/nvcc"))

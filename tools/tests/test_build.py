@@ -200,3 +200,17 @@ def test_dev_runs_the_kernel_tests(tmp_path):
     assert "1 passed" in proc.stdout
     (project / "tests" / "test_smoke.py").write_text("def test_fails():\n    assert False\n")
     assert kbuild("dev", project, "--backend", "cpu").returncode != 0
+
+
+def test_another_compiler_reconfigures(project, monkeypatch):
+    """A cached CMake configuration is dropped when the compiler (or toolkit) changes."""
+    import shutil as sh
+    build_cpu(project)
+    stamp = project / ".kbuild" / CPU_VARIANT / "cmake-build" / "kbuild-configure.args"
+    before = stamp.read_text()
+    other = "g++" if "/c++" in before else "c++"
+    monkeypatch.setenv("CXX", other)
+    result = build_cpu(project)
+    after = stamp.read_text()
+    assert after != before and f"-DCMAKE_CXX_COMPILER={sh.which(other)}" in after
+    assert not result.changed  # same compiler underneath: byte-identical output
