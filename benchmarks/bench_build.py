@@ -57,17 +57,21 @@ def copy_project(dst: Path) -> Path:
     return dst
 
 
+def three_builds(cmd: list[str], env: dict, project: Path, backend: str) -> dict:
+    """Cold build, no-op rebuild, and rebuild after touching the kernel source."""
+    source = project / "csrc" / ("img2gray.cu" if backend == "cuda" else "img2gray_cpu.cpp")
+    cold = timed(cmd, env)
+    noop = timed(cmd, env)
+    source.touch()
+    touched = timed(cmd, env)
+    return {"cold_s": cold, "noop_s": noop, "touch_kernel_s": touched}
+
+
 def bench_kbuild(python: str, backend: str, tmp: Path) -> dict:
     project = copy_project(tmp / "kbuild")
     kbuild = [sys.executable, "-m", "kbuild", "build", str(project), "--backend", backend,
               "--python", python]
-    env = {"KBUILD_COMPILER_CACHE": "none"}
-    source = project / "csrc" / ("img2gray.cu" if backend == "cuda" else "img2gray_cpu.cpp")
-    cold = timed(kbuild, env)
-    noop = timed(kbuild, env)
-    source.touch()
-    touched = timed(kbuild, env)
-    return {"cold_s": cold, "noop_s": noop, "touch_kernel_s": touched}
+    return three_builds(kbuild, {"KBUILD_COMPILER_CACHE": "none"}, project, backend)
 
 
 def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
@@ -87,12 +91,7 @@ def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
     if backend == "cuda":  # the same toolkit our build uses
         from kbuild.torchenv import find_cuda, inspect
         env["CUDA_HOME"] = str(find_cuda(inspect(python)).root)
-    source = project / "csrc" / ("img2gray.cu" if backend == "cuda" else "img2gray_cpu.cpp")
-    cold = timed(cmd, env)
-    noop = timed(cmd, env)
-    source.touch()
-    touched = timed(cmd, env)
-    return {"cold_s": cold, "noop_s": noop, "touch_kernel_s": touched}
+    return three_builds(cmd, env, project, backend)
 
 
 def main() -> None:

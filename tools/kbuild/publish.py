@@ -162,9 +162,8 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
     skipped: dict[str, list[str]] = {}
     for d in dirs:
         report = check_variant(d, python=python, load=load)
-        problems = [p for p in report.problems if not _cannot_load_here(p) and not _bytecode(p)]
-        notes = list(report.notes) + [f"not loadable on this machine ({p.removeprefix('load: ')})"
-                                      for p in report.problems if _cannot_load_here(p)]
+        problems = [p for p in report.problems if not _bytecode(p)]
+        notes = list(report.notes)  # e.g. "not loadable on this machine" for a CUDA variant
         if problems:
             skipped[d.name] = problems
             warn(f"skipping {d.name}: " + "; ".join(problems))
@@ -205,12 +204,6 @@ def _sources_differ(project: Path, commit: str) -> bool:
     except OSError:
         return False
     return proc.returncode == 1
-
-
-def _cannot_load_here(problem: str) -> bool:
-    """A load failure that only says this machine lacks the variant's backend (not a defect)."""
-    return problem.startswith("load:") and ("system supported backends" in problem
-                                            or "Invalid backend" in problem)
 
 
 def version_files(project: Path, variants: list[Variant]) -> dict[str, Path]:

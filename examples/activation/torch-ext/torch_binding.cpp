@@ -125,50 +125,34 @@ void gated(const char* op, at::Tensor& out, const at::Tensor& input) {
 
 }  // namespace
 
-void gelu_fast_cpu(at::Tensor& out, const at::Tensor& input) {
+void gelu_fast(at::Tensor& out, const at::Tensor& input) {
   elementwise("gelu_fast", ACT_GELU_FAST, out, input);
 }
-void gelu_tanh_cpu(at::Tensor& out, const at::Tensor& input) {
+void gelu_tanh(at::Tensor& out, const at::Tensor& input) {
   elementwise("gelu_tanh", ACT_GELU_TANH, out, input);
 }
-void gelu_cpu(at::Tensor& out, const at::Tensor& input) {
+void gelu(at::Tensor& out, const at::Tensor& input) {
   elementwise("gelu", ACT_GELU, out, input);
 }
-void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
+void silu_and_mul(at::Tensor& out, const at::Tensor& input) {
   gated("silu_and_mul", out, input);
 }
-
-#if defined(CUDA_KERNEL)
-// The shared code picks the CPU or CUDA kernel from the tensors' device.
-void gelu_fast_cuda(at::Tensor& out, const at::Tensor& input) {
-  elementwise("gelu_fast", ACT_GELU_FAST, out, input);
-}
-void gelu_tanh_cuda(at::Tensor& out, const at::Tensor& input) {
-  elementwise("gelu_tanh", ACT_GELU_TANH, out, input);
-}
-void gelu_cuda(at::Tensor& out, const at::Tensor& input) {
-  elementwise("gelu", ACT_GELU, out, input);
-}
-void silu_and_mul_cuda(at::Tensor& out, const at::Tensor& input) {
-  gated("silu_and_mul", out, input);
-}
-#endif
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gelu_fast(Tensor! out, Tensor input) -> ()");
   ops.def("gelu_tanh(Tensor! out, Tensor input) -> ()");
   ops.def("gelu(Tensor! out, Tensor input) -> ()");
   ops.def("silu_and_mul(Tensor! out, Tensor input) -> ()");
-  ops.impl("gelu_fast", c10::kCPU, &gelu_fast_cpu);
-  ops.impl("gelu_tanh", c10::kCPU, &gelu_tanh_cpu);
-  ops.impl("gelu", c10::kCPU, &gelu_cpu);
-  ops.impl("silu_and_mul", c10::kCPU, &silu_and_mul_cpu);
+  for (const auto key : {c10::DispatchKey::CPU
 #if defined(CUDA_KERNEL)
-  ops.impl("gelu_fast", c10::kCUDA, &gelu_fast_cuda);
-  ops.impl("gelu_tanh", c10::kCUDA, &gelu_tanh_cuda);
-  ops.impl("gelu", c10::kCUDA, &gelu_cuda);
-  ops.impl("silu_and_mul", c10::kCUDA, &silu_and_mul_cuda);
+                         , c10::DispatchKey::CUDA
 #endif
+       }) {
+    ops.impl("gelu_fast", key, &gelu_fast);
+    ops.impl("gelu_tanh", key, &gelu_tanh);
+    ops.impl("gelu", key, &gelu);
+    ops.impl("silu_and_mul", key, &silu_and_mul);
+  }
 }
 
 REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
