@@ -42,7 +42,7 @@ export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
 if [[ $DEVICE == cuda ]] && command -v g++ >/dev/null; then
   export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
 fi
-export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
 export WORK RES PY DEVICE
 
 # name:project:backend (empty backend: every backend the manifest lists)

@@ -98,26 +98,29 @@ struct alignas(sizeof(T) * VEC) Pack {
 };
 
 constexpr int kThreads = 512;
-constexpr int kUnroll = 2;  // packs per thread, all loaded before the first is used
+// Packs per thread and input, all loaded before the first is used: two 16-byte loads in flight
+// per thread for both kernels, within 32 registers (4 blocks of 512 threads per SM).
+constexpr int kUnaryUnroll = 2;
+constexpr int kGatedUnroll = 1;
 
 // One pass, no grid-stride loop over a row (measured on an H200 with gpu/tune: the best at
-// 2^20..2^28 elements). A block is blockDim.y rows by blockDim.x * kUnroll packs of a row;
+// 2^20..2^28 elements). A block is blockDim.y rows by blockDim.x * U packs of a row;
 // blockIdx.x walks the row's packs, blockIdx.y the rows (grid-stride only past 65535 row
 // blocks). Contiguous unary inputs arrive as one long row. `load(r, i, u)` fetches pack i of
-// row r into slot u; `store(r, i, u)` computes and writes it once every slot is loaded.
-template <int VEC, typename Load, typename Store>
+// row r into slot u < U; `store(r, i, u)` computes and writes it once every slot is loaded.
+template <int VEC, int U, typename Load, typename Store>
 __device__ __forceinline__ void for_each_pack(int64_t rows, int64_t d, Load load, Store store) {
   const int64_t per_row = d / VEC;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) * kUnroll + threadIdx.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) * U + threadIdx.x;
   for (int64_t r = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; r < rows;
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t i = first + u * static_cast<int64_t>(blockDim.x);
       if (i < per_row) load(r, i, u);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t i = first + u * static_cast<int64_t>(blockDim.x);
       if (i < per_row) store(r, i, u);
     }
@@ -134,11 +137,11 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& v) {
 }
 
 template <typename T, typename Op, int VEC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
 unary_kernel(T* out, const T* in, int64_t rows, int64_t d, int64_t out_stride, int64_t in_stride) {
   const Op op;
-  Pack<T, VEC> p[kUnroll];
-  for_each_pack<VEC>(
+  Pack<T, VEC> p[kUnaryUnroll];
+  for_each_pack<VEC, kUnaryUnroll>(
       rows, d,
       [&](int64_t r, int64_t i, int u) { p[u] = load_pack<T, VEC>(in + r * in_stride + i * VEC); },
       [&](int64_t r, int64_t i, int u) {
@@ -150,12 +153,12 @@ unary_kernel(T* out, const T* in, int64_t rows, int64_t d, int64_t out_stride, i
 
 // silu(gate) is rounded to T before the product, like F.silu(gate) * up.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, std::is_same<T, float>::value ? 3 : 4)
 silu_and_mul_kernel(T* out, const T* in, int64_t rows, int64_t d, int64_t out_stride,
                     int64_t in_stride) {
   constexpr bool kFast = !std::is_same<T, float>::value;
-  Pack<T, VEC> g[kUnroll], up[kUnroll];
-  for_each_pack<VEC>(
+  Pack<T, VEC> g[kGatedUnroll], up[kGatedUnroll];
+  for_each_pack<VEC, kGatedUnroll>(
       rows, d,
       [&](int64_t r, int64_t i, int u) {
         g[u] = load_pack<T, VEC>(in + r * in_stride + i * VEC);
@@ -178,11 +181,12 @@ struct Launch {
 
 // Threads along a row: the smallest power of two (>= 32) that covers it in one block pass,
 // at most kThreads; the rest of the block takes further rows.
+template <int U>
 Launch launch_for(int64_t rows, int64_t per_row) {
   int64_t tx = 32;
-  while (tx < kThreads && tx * kUnroll < per_row) tx *= 2;
+  while (tx < kThreads && tx * U < per_row) tx *= 2;
   const int64_t ty = kThreads / tx;
-  const int64_t gx = (per_row + tx * kUnroll - 1) / (tx * kUnroll);
+  const int64_t gx = (per_row + tx * U - 1) / (tx * U);
   int64_t gy = (rows + ty - 1) / ty;
   gy = gy < 65535 ? gy : 65535;
   return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
@@ -198,7 +202,8 @@ void launch_vec(int kind, T* out, const T* in, ActShape s, cudaStream_t stream) 
     s.in_stride = s.out_stride = s.d;
     s.rows = 1;
   }
-  const Launch l = launch_for(s.rows, s.d / VEC);
+  const Launch l = kind == ACT_SILU_AND_MUL ? launch_for<kGatedUnroll>(s.rows, s.d / VEC)
+                                            : launch_for<kUnaryUnroll>(s.rows, s.d / VEC);
   switch (kind) {
     case ACT_GELU_FAST:
       unary_kernel<T, GeluFast<kFast>, VEC><<<l.grid, l.block, 0, stream>>>(
