@@ -1,6 +1,8 @@
 """Shared harness of the kernel benchmarks (`benchmarks/benchmark_*.py`, `kbuild bench`).
 
 Timing: on CUDA, CUDA events around each call after a warm-up, the median of `reps` calls.
+The implementations of one case are timed interleaved (`time_interleaved`: ROUNDS rounds, each
+timing every implementation in turn), and calls under SHORT_MS get SHORT_REPS samples.
 Before every timed call a 512 MiB buffer is read (summed): that evicts the inputs from the L2
 (60 MB on an H200), so every call reads its data from device memory, and leaves the L2 full
 of clean lines, so no write-back of an earlier call's dirty lines lands inside the timed
@@ -61,32 +63,70 @@ def _flush_buffer(device: torch.device) -> torch.Tensor:
     return _flush_buffers[key]
 
 
-def time_fn(fn: Callable[[], Any], device: str | torch.device, *, reps: int = 50,
-            warmup: int = 10, flush: bool = True) -> Timing:
-    """Median time of `fn()` in ms: CUDA events on a CUDA device, perf_counter elsewhere."""
-    device = torch.device(device)
-    for _ in range(max(1, warmup)):
-        fn()
-    times: list[float] = []
+def _samples(fn: Callable[[], Any], device: torch.device, n: int, flush: bool) -> list[float]:
+    """n timed calls of fn (ms each), no warm-up."""
     if device.type == "cuda":
         buf = _flush_buffer(device) if flush else None
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         torch.cuda.synchronize(device)
-        for i in range(reps):
+        for i in range(n):
             if buf is not None:
                 buf.sum()  # reads 512 MiB: the L2 holds none of fn's data, and no dirty lines
             starts[i].record()
             fn()
             ends[i].record()
         torch.cuda.synchronize(device)
-        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    else:
-        for _ in range(reps):
-            t0 = time.perf_counter()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def _timing(times: list[float]) -> Timing:
+    return Timing(statistics.median(times), min(times), statistics.fmean(times), len(times))
+
+
+def time_fn(fn: Callable[[], Any], device: str | torch.device, *, reps: int = 50,
+            warmup: int = 10, flush: bool = True) -> Timing:
+    """Median time of `fn()` in ms: CUDA events on a CUDA device, perf_counter elsewhere."""
+    device = torch.device(device)
+    for _ in range(max(1, warmup)):
+        fn()
+    return _timing(_samples(fn, device, reps, flush))
+
+
+SHORT_MS = 0.05      # a call shorter than this on CUDA is timed SHORT_REPS times instead
+SHORT_REPS = 400
+ROUNDS = 5
+
+
+def time_interleaved(fns: list[Callable[[], Any]], device: str | torch.device, *,
+                     reps: int = 50, warmup: int = 10, flush: bool = True) -> list[Timing]:
+    """Times several implementations of one case in ROUNDS rounds, each round timing every fn
+    in turn, so that a drift of clocks or memory state during the case reaches them all alike.
+    On CUDA, cases whose calls all take under SHORT_MS get SHORT_REPS samples each (their
+    spread is a large part of the figure; the flush dominates the cost anyway)."""
+    device = torch.device(device)
+    for fn in fns:
+        for _ in range(max(1, warmup)):
             fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return Timing(statistics.median(times), min(times), statistics.fmean(times), reps)
+    samples: list[list[float]] = [[] for _ in fns]
+
+    def rounds(total: int) -> None:
+        per_round = max(1, -(-total // ROUNDS))
+        for _ in range(ROUNDS):
+            for i, fn in enumerate(fns):
+                samples[i].extend(_samples(fn, device, per_round, flush))
+
+    rounds(reps)
+    short = device.type == "cuda" and all(statistics.median(t) < SHORT_MS for t in samples)
+    if short and reps < SHORT_REPS:
+        rounds(SHORT_REPS - len(samples[0]))
+    return [_timing(t) for t in samples]
 
 
 def gbps(nbytes: int, ms: float) -> float:
@@ -169,26 +209,37 @@ class Suite:
         """Times every impl of one case and appends its rows (speedups within the case)."""
         copy_gbps = self.copy.get("gbps")
         rows = []
+        runnable = []
         for impl in impls:
             row = {"kernel": self.kernel, "group": group, "case": case,
                    "shape": list(shape) if shape is not None else None,
                    "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
                    "impl": impl.name, "median_ms": None, "min_ms": None, "mean_ms": None,
-                   "reps": self.reps, "bytes": nbytes, "gbps": None, "x_copy": None,
+                   "reps": None, "bytes": nbytes, "gbps": None, "x_copy": None,
                    "speedup": {}, "ok": impl.ok and impl.error is None,
                    "max_abs_err": impl.max_abs_err, "note": impl.note, "error": impl.error}
             if impl.error is None:
-                try:
-                    t = time_fn(impl.fn, self.device, reps=self.reps, warmup=self.warmup)
-                    row.update(median_ms=t.median_ms, min_ms=t.min_ms, mean_ms=t.mean_ms,
-                               gbps=gbps(nbytes, t.median_ms))
-                    if copy_gbps:
-                        row["x_copy"] = row["gbps"] / copy_gbps
-                except Exception as e:  # a baseline that breaks must not stop the run
+                try:  # a baseline that breaks must not stop the run
+                    impl.fn()
+                    runnable.append((impl, row))
+                except Exception as e:
                     row.update(ok=False, error=f"{type(e).__name__}: {e}"[:500])
             rows.append(row)
+        try:
+            timings = time_interleaved([impl.fn for impl, _ in runnable], self.device,
+                                       reps=self.reps, warmup=self.warmup)
+        except Exception as e:
+            timings = []
+            for _, row in runnable:
+                row.update(ok=False, error=f"{type(e).__name__}: {e}"[:500])
+        for (impl, row), t in zip(runnable, timings):
+            row.update(median_ms=t.median_ms, min_ms=t.min_ms, mean_ms=t.mean_ms, reps=t.reps,
+                       gbps=gbps(nbytes, t.median_ms))
+            if copy_gbps:
+                row["x_copy"] = row["gbps"] / copy_gbps
+        for row in rows:
             label = f"{group} {case}" if group else case
-            print(f"  {label:<28} {impl.name:<12} "
+            print(f"  {label:<28} {row['impl']:<12} "
                   f"{_fmt(row['median_ms'], '.4f'):>10} ms {_fmt(row['gbps'], '.1f'):>8} GB/s"
                   f"{'' if row['ok'] else '  FAILED ' + (row['error'] or 'verification')}",
                   flush=True)
@@ -225,7 +276,9 @@ class Suite:
             "kernel": self.kernel, "device": dev.type, "device_name": device_name, **extra,
             "torch": torch.__version__, "triton": triton_version,
             "python": platform.python_version(), "variant": self.variant,
-            "timer": ("cuda-events, median, L2 flushed (512 MiB read) before each call"
+            "timer": ("cuda-events, median, L2 flushed (512 MiB read) before each call, "
+                      f"implementations interleaved in {ROUNDS} rounds, {SHORT_REPS} samples "
+                      f"for calls under {SHORT_MS * 1e3:.0f} us"
                       if dev.type == "cuda" else "perf_counter, median"),
             "reps": self.reps, "warmup": self.warmup, "quick": self.quick,
             "command": self.command(),

@@ -8,6 +8,8 @@
 
 namespace {
 
+// Storage type <-> float32. The 16-bit types also convert two elements at a time (one 32-bit
+// word, element 0 in the low half): one instruction each way instead of two.
 template <typename T>
 struct Cvt;
 template <>
@@ -19,11 +21,25 @@ template <>
 struct Cvt<__half> {
   static __device__ __forceinline__ float to(__half x) { return __half2float(x); }
   static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ float2 to2(uint32_t w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+  }
+  static __device__ __forceinline__ uint32_t from2(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 template <>
 struct Cvt<__nv_bfloat16> {
   static __device__ __forceinline__ float to(__nv_bfloat16 x) { return __bfloat162float(x); }
   static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ float2 to2(uint32_t w) {  // bfloat16 = upper half of a float
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  }
+  static __device__ __forceinline__ uint32_t from2(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 // All math in float32, rounded once to the storage type (as PyTorch does). For half and
@@ -127,6 +143,46 @@ __device__ __forceinline__ void for_each_pack(int64_t rows, int64_t d, Load load
   }
 }
 
+// f applied to every element (float32 math, one rounding to T per result); f2 to every pair of
+// elements at the same position in a and b.
+template <typename T, int VEC, typename F>
+__device__ __forceinline__ Pack<T, VEC> map_pack(const Pack<T, VEC>& a, F f) {
+  Pack<T, VEC> out;
+  if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a.v);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      const float2 x = Cvt<T>::to2(w[k]);
+      o[k] = Cvt<T>::from2(f(x.x), f(x.y));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out.v[k] = Cvt<T>::from(f(Cvt<T>::to(a.v[k])));
+  }
+  return out;
+}
+template <typename T, int VEC, typename F>
+__device__ __forceinline__ Pack<T, VEC> map_pack(const Pack<T, VEC>& a, const Pack<T, VEC>& b,
+                                                 F f2) {
+  Pack<T, VEC> out;
+  if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
+    const uint32_t* wa = reinterpret_cast<const uint32_t*>(a.v);
+    const uint32_t* wb = reinterpret_cast<const uint32_t*>(b.v);
+    uint32_t* o = reinterpret_cast<uint32_t*>(out.v);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      const float2 x = Cvt<T>::to2(wa[k]), y = Cvt<T>::to2(wb[k]);
+      o[k] = Cvt<T>::from2(f2(x.x, y.x), f2(x.y, y.y));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      out.v[k] = Cvt<T>::from(f2(Cvt<T>::to(a.v[k]), Cvt<T>::to(b.v[k])));
+  }
+  return out;
+}
+
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> load_pack(const T* p) {
   return *reinterpret_cast<const Pack<T, VEC>*>(p);
@@ -145,9 +201,7 @@ unary_kernel(T* out, const T* in, int64_t rows, int64_t d, int64_t out_stride, i
       rows, d,
       [&](int64_t r, int64_t i, int u) { p[u] = load_pack<T, VEC>(in + r * in_stride + i * VEC); },
       [&](int64_t r, int64_t i, int u) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) p[u].v[k] = Cvt<T>::from(op(Cvt<T>::to(p[u].v[k])));
-        store_pack<T, VEC>(out + r * out_stride + i * VEC, p[u]);
+        store_pack<T, VEC>(out + r * out_stride + i * VEC, map_pack(p[u], op));
       });
 }
 
@@ -165,13 +219,9 @@ silu_and_mul_kernel(T* out, const T* in, int64_t rows, int64_t d, int64_t out_st
         up[u] = load_pack<T, VEC>(in + r * in_stride + d + i * VEC);
       },
       [&](int64_t r, int64_t i, int u) {
-        Pack<T, VEC> o;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const float s = Cvt<T>::to(Cvt<T>::from(silu<kFast>(Cvt<T>::to(g[u].v[k]))));
-          o.v[k] = Cvt<T>::from(s * Cvt<T>::to(up[u].v[k]));
-        }
-        store_pack<T, VEC>(out + r * out_stride + i * VEC, o);
+        const Pack<T, VEC> s = map_pack(g[u], [](float x) { return silu<kFast>(x); });
+        store_pack<T, VEC>(out + r * out_stride + i * VEC,
+                           map_pack(s, up[u], [](float a, float b) { return a * b; }));
       });
 }
 
