@@ -10,8 +10,9 @@ every tensor is its own cudaMalloc and memcheck sees a read or write one byte pa
 Inputs are made and references computed on the CPU; every output buffer is poisoned first so
 an element the kernel fails to write is caught, and strided outputs are checked for writes
 into the gaps between rows. Covered: 1x1, 1xN, Nx1, 1023x517, empty tensors, sizes around
-the 16-pixel / vector widths, a grid-stride-sized image, inputs and outputs that are not
-16-byte aligned, row-strided and non-row-strided (transposed) inputs and outputs.
+the 16-pixel / vector widths, a 9-megapixel image (2,198 full blocks and a 2,993-pixel
+tail), inputs and outputs that are not 16-byte aligned, row-strided and non-row-strided
+(transposed) inputs and outputs.
 Exit status 1 when any output is wrong or any call raised.
 """
 
@@ -112,7 +113,7 @@ def gray_reference(rgb: torch.Tensor) -> torch.Tensor:
 
 IMG_SHAPES = [(1, 1), (1, 2), (1, 15), (1, 16), (1, 17), (1, 1000), (17, 1), (1023, 1),
               (16, 16), (15, 17), (33, 31), (1023, 517), (0, 7), (7, 0),
-              (3001, 3001)]  # > 132 SMs x 16 blocks x 256 threads x 16 px: grid-stride loop
+              (3001, 3001)]  # 2,198 blocks of 4,096 pixels and a tail of 2,993
 IMG_OFFSETS = [(0, 0), (1, 0), (0, 1), (5, 3)]  # (input, output) misalignment in bytes
 
 

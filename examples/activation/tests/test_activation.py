@@ -245,11 +245,24 @@ def test_build_layout(activation, activation_repo):
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", OPS)
-def test_cuda_grid_stride_and_tails(activation, name, dtype):
-    # More packs than one grid covers, plus odd sizes that take the scalar path.
+def test_cuda_long_rows_and_tails(activation, name, dtype):
+    # Rows of many blocks each, plus odd sizes that take the scalar path.
     torch.manual_seed(42)
     for shape in [(3, 2**22 + 2), (5, 1026), (7, 34)]:
         check(activation, name, torch.randn(shape, dtype=dtype, device="cuda"))
+    torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_cuda_more_row_blocks_than_the_grid(activation, name, dtype):
+    # 1.1M short rows (row-strided, so they stay rows): 16 rows per block gives more than the
+    # 65535 row blocks a grid holds, so blocks loop over rows.
+    torch.manual_seed(42)
+    x = torch.randn(1_100_000, 32, dtype=dtype, device="cuda")[:, :16]
+    check(activation, name, x)
     torch.cuda.synchronize()
 
 
