@@ -1,6 +1,7 @@
 // Design-space sweep of the element-wise GELU kernels (gpu/tune/tune.py times every variant).
-// Knobs: math form (0: the shipped one; 1: sigmoid form of tanh-GELU, erf-GELU from
-// A&S 7.1.26 with 0.5 folded in, approximate ex2/rcp without denormal fix-ups), packs of
+// Knobs: math form (0: the earlier one, with __expf / __fdividef; 1: the shipped one from
+// activation_math.cuh: sigmoid form of tanh-GELU, erf-GELU from A&S 7.1.26 with 0.5 folded
+// in, approximate ex2/rcp without denormal fix-ups), packs of
 // 16 bytes per thread and step (U), block size, cache hints (0: plain loads and stores,
 // 1: evict-first loads, 2: evict-first loads and stores) and grid policy (0: persistent,
 // 2048 threads per SM; 1: one pass over the data).
@@ -11,18 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "../../examples/activation/csrc/activation_math.cuh"
 
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float rcp_approx(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+namespace {
 
 template <int MATH>
 struct GeluErf {
@@ -36,13 +28,7 @@ struct GeluErf {
       const float y = 1.0f - poly * __expf(-ax * ax);
       return 0.5f * x * (1.0f + copysignf(y, z));
     } else {
-      // h = 0.5 * erfc(|x| / sqrt(2)); Phi(x) = x >= 0 ? 1 - h : h.
-      const float t = rcp_approx(1.0f + 0.2316419f * fabsf(x));  // 0.3275911 / sqrt(2)
-      const float e = ex2_approx(x * x * -0.7213475204444817f);   // exp(-x^2 / 2)
-      const float p = t * (0.127414796f + t * (-0.142248368f + t * (0.7107068705f +
-                      t * (-0.7265760135f + t * 0.5307027145f))));
-      const float h = p * e;
-      return x * (x >= 0.0f ? 1.0f - h : h);
+      return activation_math::Gelu<true>()(x);  // the shipped form
     }
   }
 };
@@ -54,10 +40,7 @@ struct GeluTanh {
       const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
       return 0.5f * x * (1.0f + (1.0f - __fdividef(2.0f, __expf(2.0f * inner) + 1.0f)));
     } else {
-      // 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + 2^(-2u log2 e))
-      const float x2 = x * x;
-      const float k = x * (-2.302208198f + -0.1029432371f * x2);  // -2 log2(e) * 0.79788 * (1, 0.044715)
-      return x * rcp_approx(1.0f + ex2_approx(k));
+      return activation_math::GeluTanh<true>()(x);  // the shipped form
     }
   }
 };

@@ -8,38 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "../../csrc/img2gray.h"
+#include "../../csrc/img2gray_convert.cuh"
 
 namespace {
 
-__device__ __forceinline__ uint32_t luma(uint32_t r, uint32_t g, uint32_t b) {
-  float v = __fadd_rn(__fmul_rn(IMG2GRAY_WR, static_cast<float>(r)),
-                      __fmul_rn(IMG2GRAY_WG, static_cast<float>(g)));
-  v = __fadd_rn(v, __fmul_rn(IMG2GRAY_WB, static_cast<float>(b)));
-  return static_cast<uint32_t>(v);
-}
-
-__device__ __forceinline__ uint32_t byte_of(const uint4& a, const uint4& b, const uint4& c, int i) {
-  const uint4& v = i < 16 ? a : i < 32 ? b : c;
-  const int k = i & 15;
-  const uint32_t w = k < 4 ? v.x : k < 8 ? v.y : k < 12 ? v.z : v.w;
-  return (w >> (8 * (k & 3))) & 0xffu;
-}
-
-__device__ __forceinline__ uint4 convert16(const uint4& a, const uint4& b, const uint4& c) {
-  uint32_t out[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    uint32_t word = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int p = 3 * (4 * w + j);
-      word |= luma(byte_of(a, b, c, p), byte_of(a, b, c, p + 1), byte_of(a, b, c, p + 2)) << (8 * j);
-    }
-    out[w] = word;
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
+using img2gray_detail::convert16;
+using img2gray_detail::luma;
 
 template <int LD>
 __device__ __forceinline__ uint4 load(const uint4* p) {
