@@ -69,7 +69,7 @@ def sweep(cases, dll, reps: int, copy_gbps: float) -> list[dict]:
             g = benchlib.gbps(nbytes, t.median_ms)
             rows.append({"case": case, "impl": vname, "median_ms": t.median_ms, "gbps": g,
                          "x_copy": g / copy_gbps, "ok": ok, "err": err})
-        del args
+        args = None  # frees the case's tensors before the next one is made
         torch.cuda.empty_cache()
     return rows
 

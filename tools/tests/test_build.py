@@ -9,10 +9,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 
-from kbuild_testing import REPO, copy_project, kbuild
+from kbuild_testing import copy_project, kbuild
 from kbuild import pipeline
 from kbuild.check import abi_problems, check_variant
 
