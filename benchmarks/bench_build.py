@@ -89,8 +89,8 @@ def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
     cmd = [python, str(script), str(project), str(gen), str(build), backend]
     env = {"TORCH_CUDA_ARCH_LIST": CAPS, "MAX_JOBS": str(os.cpu_count())}
     if backend == "cuda":  # the same toolkit our build uses
-        from kbuild.torchenv import find_cuda, inspect
-        env["CUDA_HOME"] = str(find_cuda(inspect(python)).root)
+        from kbuild.build.torchenv import find_cuda, read_torch_env
+        env["CUDA_HOME"] = str(find_cuda(read_torch_env(python)).root)
     return three_builds(cmd, env, project, backend)
 
 
@@ -102,7 +102,7 @@ def main() -> None:
     args = ap.parse_args()
     runs = [("cpu", sys.executable)]
     if args.cuda:
-        from kbuild import envs, matrix
+        from kbuild.matrix import envs, matrix
         cuda_python = str(envs.realise(matrix.load(REPO).get("torch214-cu130"),
                                        REPO / ".kbuild" / "envs").python)
         # cpp_extension needs ninja inside the environment it builds for.

@@ -111,7 +111,7 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
     only = ["--only", ",".join(envs)]
     runs = {}
     sys.path.insert(0, str(REPO / "tools"))
-    from kbuild import matrix
+    from kbuild.matrix import matrix
     mx = matrix.load(project)
 
     def fresh_cache(tag: str) -> dict:

@@ -109,13 +109,13 @@ def naive_kernel():
 
 def _benchlib():
     try:
-        from kbuild import benchlib
+        from kbuild_bench import harness as benchlib
     except ImportError:  # run from a checkout without kbuild installed
         for parent in Path(__file__).resolve().parents:
-            if (parent / "tools" / "kbuild").is_dir():
+            if (parent / "tools" / "kbuild_bench").is_dir():
                 sys.path.insert(0, str(parent / "tools"))
                 break
-        from kbuild import benchlib
+        from kbuild_bench import harness as benchlib
     return benchlib
 
 

@@ -4,7 +4,7 @@
 
 Each sweep file is compiled with nvcc for this GPU's architecture into a small shared library
 (extern "C": variant_count, variant_name, variant_launch) and every variant is checked
-against a PyTorch reference and timed with the benchmark harness (kbuild.benchlib: CUDA
+against a PyTorch reference and timed with the benchmark harness (kbuild_bench.harness: CUDA
 events, median, L2 flushed before each call), beside the 1 GiB copy and PyTorch eager in the
 same run. Prints the best variants per case and writes tune-<kernel>.json.
 
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tools"))
-from kbuild import benchlib  # noqa: E402
+from kbuild_bench import harness as benchlib  # noqa: E402
 
 
 def build(name: str, work: Path) -> ctypes.CDLL:

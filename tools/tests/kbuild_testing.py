@@ -39,7 +39,7 @@ CUDA_ENV = "torch214-cu130"
 
 def cuda_env():
     """The torch 2.14.1 + CUDA 13.0 environment of pixi.toml, realised from PyPI under .kbuild/envs."""
-    from kbuild import envs, matrix
+    from kbuild.matrix import envs, matrix
     return envs.realise(matrix.load(REPO).get(CUDA_ENV), REPO / ".kbuild" / "envs")
 
 
@@ -75,7 +75,7 @@ def wait_for(predicate, timeout: float = 600.0) -> bool:
 
 def complete_variants(build: Path) -> list[str]:
     """The entries of build/, each asserted to be a complete variant (`check`, minus loading)."""
-    from kbuild.check import check_variant
+    from kbuild.build.check import check_variant
     if not build.exists():
         return []
     names = sorted(p.name for p in build.iterdir())

@@ -1,4 +1,4 @@
-"""Tests of kbuild.hubserver with the real huggingface_hub and kernels clients."""
+"""Tests of kbuild_hub with the real huggingface_hub and kernels clients."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from kbuild.hubserver import HubServer, git_blob_oid
+from kbuild_hub.server import HubServer, git_blob_oid
 
 TOKEN = "hf_test_token"
 KERNEL = "org/tiny"

@@ -13,8 +13,8 @@ import pytest
 
 from kbuild_testing import (complete_variants, compiler_pids, copy_project, default_sigint,
                             wait_for)
-from kbuild import pipeline
-from kbuild.check import check_variant
+from kbuild.build import pipeline
+from kbuild.build.check import check_variant
 
 
 
@@ -66,7 +66,7 @@ def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
 def test_interrupt_during_install_window(tmp_path, monkeypatch):
     """Even a failure between staging and the final rename leaves no partial variant."""
     project = copy_project(tmp_path / "p")
-    import kbuild.pipeline as pl
+    import kbuild.build.pipeline as pl
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild import matrix
+from kbuild.matrix import matrix
 from kbuild.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +132,7 @@ def test_selection(mx):
     assert [e.name for e in mx.select(["torch21?-cu130"], ["torch210*,torch211*"])] == [
         "torch212-cu130", "torch213-cu130", "torch214-cu130"]
     assert [e.name for e in mx.select(["torch213-cxx11-cpu-x86_64-linux"])] == ["torch213-cpu"]
-    from kbuild.errors import BuildError
+    from kbuild.core.errors import BuildError
     with pytest.raises(BuildError, match="matches no environment"):
         mx.select(["torch99-*"])
 

@@ -16,9 +16,10 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
 from kbuild_testing import copy_project
-from kbuild import pipeline, publish
-from kbuild.errors import BuildError
-from kbuild.hubserver import HubServer
+from kbuild.build import pipeline
+from kbuild.publish import upload as publish
+from kbuild.core.errors import BuildError
+from kbuild_hub.server import HubServer
 
 TOKEN = "hf_publish_test_token_5f1c"
 REPO = "kernels-test/img2gray"  # build.toml's [general.hub] repo-id; an org, so the trust check works

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import REPO
-from kbuild import pipeline
+from kbuild.build import pipeline
 
 
 def clone(dst: Path) -> Path:

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from kbuild_testing import REPO as REPO_ROOT
-from kbuild import publish
-from kbuild.errors import BuildError
-from kbuild.wheel import build_wheel, wheel_tags
+from kbuild.publish import wheel as publish
+from kbuild.core.errors import BuildError
+from kbuild.publish.wheel import build_wheel, wheel_tags
 from test_publish import REPO, builds, client_env, do_upload, fresh_copy, hub, kbuild_cli, variant_of  # noqa: F401
 
 TORCH = torch.__version__.split("+")[0]

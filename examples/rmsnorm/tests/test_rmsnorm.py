@@ -311,8 +311,8 @@ def test_noarch_declared_archs_reach_metadata(tmp_path):
     import shutil
     from pathlib import Path
 
-    from kbuild.errors import BuildError
-    from kbuild.pipeline import build
+    from kbuild.core.errors import BuildError
+    from kbuild.build.pipeline import build
 
     project = tmp_path / "rmsnorm"
     src = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import huggingface_hub
 import pytest
 from packaging.version import Version
 
-from kbuild import publish
-from kbuild.hubserver import HubServer
+from kbuild.publish import upload as publish
+from kbuild_hub.server import HubServer
 
 PROJECT = Path(__file__).resolve().parents[1]
 REPO_ID = "kernels-test/rmsnorm"

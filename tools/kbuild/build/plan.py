@@ -7,9 +7,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .errors import BuildError
-from .gitinfo import GitState, build_uid
-from .manifest import MANIFEST, Kernel, Manifest
+from ..core.errors import BuildError
+from ..core.gitinfo import GitState, build_uid
+from ..core.manifest import MANIFEST, Kernel, Manifest
 from .torchenv import CudaToolkit, TorchEnv, find_cuda
 
 # Default capabilities by toolkit (kernel-builder's lists).

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import manifest as manifest_mod
+from ..core import manifest as manifest_mod
 from .assemble import install, stage
 from .compile import compile_variant
 from .generate import WORK_DIR, generate
 from .plan import VariantPlan, plan_noarch, plan_variant
-from .torchenv import TorchEnv, inspect
+from .torchenv import TorchEnv, read_torch_env
 
 Log = Callable[[str], None]
 
@@ -59,7 +59,7 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     manifest = manifest_mod.load(project, warn=warn)
     if manifest.is_noarch:
         return [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
-    env = inspect(python, cache_dir=project / WORK_DIR)
+    env = read_torch_env(python, cache_dir=project / WORK_DIR)
     return [plan_variant(project, manifest, env, b) for b in backends or default_backends(manifest, env)]
 
 

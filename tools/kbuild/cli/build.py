@@ -1,20 +1,14 @@
-"""The `kbuild` command line: a thin layer over the pipeline stages."""
+"""Commands of the build stages: generate, build, check, clean, update-build, dev."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from .errors import BuildError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Build PyTorch kernels in the Hugging Face `kernels` format.")
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+from ..core.errors import BuildError
+from .app import app, out, warn
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
@@ -24,15 +18,12 @@ PythonOpt = Annotated[Optional[str], typer.Option(
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
 
 
-def warn(msg: str) -> None:
-    err.print(f"[yellow]warning:[/] {msg}", highlight=False)
-
-
 @app.command()
 def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
              python: PythonOpt = None) -> None:
     """Write the build files (CMake project, registration.h, _ops.py) from templates."""
-    from . import generate as gen, pipeline
+    from ..build import generate as gen
+    from ..build import pipeline
     for plan in pipeline.plans(project, backends=backend, python=python, warn=warn):
         out.print(f"{plan.name}: {gen.generate(plan)}")
 
@@ -42,7 +33,7 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
           build_dir: BuildDirOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
     """Compile for the torch of PYTHON and assemble build/<variant>/."""
-    from . import pipeline
+    from ..build import pipeline
     for r in pipeline.build(project, backends=backend, python=python, build_dir=build_dir,
                             jobs=jobs, warn=warn):
         state = "built" if r.changed else "up to date"
@@ -57,7 +48,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
     from rich.table import Table
 
-    from .check import check_variant, variant_dirs
+    from ..build.check import check_variant, variant_dirs
     root = (build_dir or project / "build").resolve()
     if not root.is_dir() or not variant_dirs(root):
         raise BuildError("no variants to check", file=root, hint="run `kbuild build` first")
@@ -78,7 +69,7 @@ def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/) and built variants (build/<variant>/), nothing else."""
     import shutil
 
-    from .generate import WORK_DIR
+    from ..build.generate import WORK_DIR
     project = project.resolve()
     removed = []
     work = project / WORK_DIR
@@ -105,7 +96,9 @@ def update_build(project: ProjectArg = Path("."),
 
     import tomli_w
 
-    from . import editions, manifest
+    from ..core import editions
+
+    from ..core import manifest
     project = project.resolve()
     raw = manifest.read_raw(project)
     upgraded, notes = editions.upgrade(raw)
@@ -134,7 +127,7 @@ def dev(project: ProjectArg = Path("."), backend: BackendOpt = None,
     import subprocess
     import sys as _sys
 
-    from . import pipeline
+    from ..build import pipeline
     project = project.resolve()
     for r in pipeline.build(project, backends=backend, warn=warn):
         out.print(f"{'built' if r.changed else 'up to date'} {r.variant} in {r.seconds:.1f}s")
@@ -144,28 +137,3 @@ def dev(project: ProjectArg = Path("."), backend: BackendOpt = None,
     code = subprocess.call([_sys.executable, "-m", "pytest", str(tests), "-q",
                             *(pytest_args or [])], cwd=project)
     raise typer.Exit(code)
-
-
-def main() -> None:
-    try:
-        app()
-    except BuildError as e:
-        err.print("[red]error:[/] ", end="", highlight=False)
-        err.print(str(e), highlight=False, markup=False)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err.print("interrupted", highlight=False)
-        sys.exit(130)
-    except OSError as e:  # a tool or file the build needs could not be run or read
-        err.print("[red]error:[/] ", end="", highlight=False)
-        err.print(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "), highlight=False,
-                  markup=False)
-        sys.exit(2)
-
-
-from .cli_matrix import register  # noqa: E402  (build-all, envs)
-register(app)
-from .cli_publish import register as register_publish  # noqa: E402
-register_publish(app)
-from .cli_bench import register as register_bench  # noqa: E402
-register_bench(app)

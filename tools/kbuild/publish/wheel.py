@@ -23,15 +23,20 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from . import __version__
-from .assemble import METADATA
-from .check import digest_problems
-from .errors import BuildError
+from .. import __version__
+from ..build.assemble import METADATA
+from ..build.check import digest_problems, variant_dirs
+from ..core import manifest as manifest_mod
+from ..core.errors import BuildError
+from .hub import REPO_TYPE, HubClient
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
 MANYLINUX = "manylinux_2_28"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+Log = Callable[[str], None]
 
 _VERSIONED = re.compile(r"^torch(?P<mm>\d{2,})(?:-cxx(?P<cxx>\d+))?-(?P<compute>[a-z0-9]+)"
                         r"-(?P<cpu>x86_64|aarch64)-(?P<os>linux|darwin|windows)$")
@@ -189,3 +194,72 @@ def kernel_depends_note(variant: Path) -> str | None:
     names = ", ".join(str(d.get("repo-id", d)) for d in deps)
     return (f"{variant.name}: kernel-depends ({names}) cannot be expressed as wheel requirements; "
             "load those kernels with `kernels`")
+
+
+# ----------------------------------------------------------------------------- to-wheel
+
+
+def download_build(repo_id: str, version: int, *, endpoint: str | None = None,
+                   token: str | None = None, cache_dir: Path | None = None) -> Path:
+    """snapshot_download of `build/*` at branch v<version>; returns the local build folder."""
+    hub = HubClient(repo_id, endpoint=endpoint, token=token, log=lambda _: None, retries=2, backoff=0.5)
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    def fetch() -> str:
+        from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
+                                           enable_progress_bars)
+        was_disabled = are_progress_bars_disabled()
+        disable_progress_bars()
+        try:
+            return hub.api.snapshot_download(repo_id, repo_type=REPO_TYPE, revision=f"v{version}",
+                                             allow_patterns=["build/*"], cache_dir=cache_dir)
+        except RevisionNotFoundError:
+            raise BuildError(f"{repo_id} has no version {version} (branch v{version})",
+                             hint=f"list the versions with `kernels versions {repo_id}`") from None
+        finally:
+            if not was_disabled:
+                enable_progress_bars()
+    root = Path(hub.call(f"downloading {repo_id}@v{version}", fetch)) / "build"
+    if not root.is_dir():
+        raise BuildError(f"{repo_id}@v{version} has no build/ folder")
+    return root
+
+
+def to_wheels(source: Path | None, *, out: Path, repo_id: str | None = None,
+              version: int | None = None, endpoint: str | None = None,
+              log: Log = print, warn: Log = print) -> list[Path]:
+    if repo_id is not None:
+        if version is None:
+            raise BuildError("--repo-id needs --version", hint="e.g. --version 1 for branch v1")
+        build_root = download_build(repo_id, version, endpoint=endpoint)
+        variants = variant_dirs(build_root)
+    else:
+        if version is not None:
+            raise BuildError("--version only applies with --repo-id")
+        source = (source or Path(".")).resolve()
+        if (source / METADATA).is_file():
+            variants = [source]
+        else:
+            build_root = source / "build" if (source / manifest_mod.MANIFEST).is_file() else source
+            if not build_root.is_dir():
+                raise BuildError("no build folder", file=build_root, hint="run `kbuild build` first")
+            variants = variant_dirs(build_root)
+    if not variants:
+        raise BuildError("no variants to package", hint="run `kbuild build` first")
+    wheels = []
+    failures: list[BuildError] = []
+    for v in variants:
+        try:
+            path = build_wheel(v, out)
+        except BuildError as e:  # a broken variant is reported, the others still packaged
+            failures.append(e)
+            warn(f"skipping {v.name}: {e}")
+            continue
+        note = kernel_depends_note(v)
+        if note:
+            warn(note)
+        log(f"{v.name} -> {path}")
+        wheels.append(path)
+    if not wheels:
+        raise failures[0]
+    return wheels

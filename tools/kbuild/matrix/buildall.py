@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Callable
 
 from . import envs as envs_mod
-from . import manifest as manifest_mod
-from .assemble import METADATA, digest_files
-from .errors import BuildError
-from .generate import WORK_DIR
-from .gitinfo import build_uid, content_hash
+from ..core import manifest as manifest_mod
+from ..build.assemble import METADATA, digest_files
+from ..core.errors import BuildError
+from ..build.generate import WORK_DIR
+from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
-from .plan import input_files
+from ..build.plan import input_files
 
 STATE_DIR = "buildall"
 LOG_DIR = "logs"
@@ -73,7 +73,7 @@ Event = Callable[[str, str, dict], None]  # (env, stage, fields)
 
 def builder_hash() -> str:
     """Hash of the builder's own code and templates: a builder change rebuilds everything."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the kbuild package
     files = [p for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
     return content_hash(files, root)
 

@@ -8,15 +8,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .errors import BuildError
+from ..core.errors import BuildError
+from .app import app, err, out
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-out = Console(width=None if Console().is_terminal else 160)
-err = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 160)
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
 MatrixOpt = Annotated[Optional[Path], typer.Option(
@@ -38,7 +35,7 @@ def _secs(s: float) -> str:
 
 
 def _load(project: Path, matrix: Path | None):
-    from . import matrix as matrix_mod
+    from ..matrix import matrix as matrix_mod
     return matrix_mod.load(matrix or project)
 
 
@@ -60,7 +57,8 @@ def build_all(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
-    from . import buildall, envs as envs_mod
+    from ..matrix import buildall
+    from ..matrix import envs as envs_mod
 
     if via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
@@ -164,7 +162,7 @@ def envs(
     """Every environment of the matrix: its variant, and whether it can be realised here from PyPI."""
     from dataclasses import asdict
 
-    from . import envs as envs_mod
+    from ..matrix import envs as envs_mod
 
     project = project.resolve()
     mx = _load(project, matrix)
@@ -208,8 +206,3 @@ def envs(
         out.print("Why not:", highlight=False)
         for name, reason in reasons:
             out.print(f"  {name}: {reason}", highlight=False, soft_wrap=True)
-
-
-def register(main: typer.Typer) -> None:
-    """Adds this module's commands to the main `kbuild` app."""
-    main.registered_commands.extend(app.registered_commands)

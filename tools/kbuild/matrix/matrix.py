@@ -16,7 +16,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from .errors import BuildError
+from ..core.errors import BuildError
 
 PIXI_TOML = "pixi.toml"
 ENV_NAME_RE = re.compile(r"^torch(\d)(\d+)-(cu\d+|cpu)$")

@@ -9,7 +9,7 @@ clients never need Xet or LFS.
 Endpoints and pitfalls: the project's shared spec, hub-api.md. Unknown routes answer 404
 with a JSON error and are recorded in `HubServer.unknown_routes`.
 
-    python -m kbuild.hubserver --port 8080 [--token T] [--data-dir D]
+    kbuild hub serve --port 8080 [--token T] [--data-dir D]     (or: python -m kbuild_hub ...)
 """
 
 from __future__ import annotations

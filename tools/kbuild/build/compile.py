@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .errors import BuildError
+from ..core.errors import BuildError
 from .plan import VariantPlan
 from .torchenv import find_cxx
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .errors import BuildError
+from ..core.errors import BuildError
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _cache_key(python: str) -> str | None:
     return f"{Path(python).absolute()}|{versions[0]}|{st.st_mtime_ns}|{st.st_size}"
 
 
-def inspect(python: str | None = None, *, cache_dir: Path | None = None) -> TorchEnv:
+def read_torch_env(python: str | None = None, *, cache_dir: Path | None = None) -> TorchEnv:
     """Inspects torch in `python` (default: this interpreter), cached by torch's install stamp."""
     python = python or sys.executable
     if not shutil.which(python) and not Path(python).is_file():

@@ -9,8 +9,8 @@ import os
 import shutil
 from pathlib import Path
 
-from . import __version__
-from .gitinfo import git_state
+from .. import __version__
+from ..core.gitinfo import git_state
 from .plan import VariantPlan
 
 METADATA = "metadata.json"

@@ -32,8 +32,8 @@ from typing import Callable, Iterator
 
 from packaging.version import Version
 
-from .errors import BuildError
-from .generate import WORK_DIR
+from ..core.errors import BuildError
+from ..build.generate import WORK_DIR
 from .matrix import Availability, EnvSpec
 
 ENVS_DIR_VAR = "KBUILD_ENVS_DIR"

@@ -1,0 +1,36 @@
+"""`kbuild hub serve`: the local Hub-compatible server, for offline work and private CI."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .app import app, log
+
+hub_app = typer.Typer(no_args_is_help=True, help="A local Hub-compatible server on 127.0.0.1.")
+app.add_typer(hub_app, name="hub")
+
+
+@hub_app.command("serve")
+def serve(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 8080,
+    token: Annotated[Optional[str], typer.Option(
+        help="Require this bearer token for writes and private reads (HF_TOKEN of the clients).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(
+        help="Keep the repositories here across restarts; default: in memory only.")] = None,
+) -> None:
+    """Serve the Hub's HTTP API so `upload`, `to-wheel --repo-id` and `kernels.get_kernel` work
+    against it: export the printed HF_ENDPOINT in the clients' shell."""
+    from kbuild_hub import HubServer
+
+    server = HubServer(token=token, data_dir=data_dir, port=port).start()
+    log(f"HF_ENDPOINT={server.url}")
+    log("serving; Ctrl-C stops" + (f" (data in {data_dir})" if data_dir else " (in memory)"))
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.stop()

@@ -1,0 +1,54 @@
+"""`kbuild upload` and `kbuild to-wheel` (registered on the main app by cli.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .app import app, log, warn
+
+
+@app.command()
+def upload(
+    project: Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")] = Path("."),
+    repo_id: Annotated[Optional[str], typer.Option(
+        "--repo-id", help="Hub kernel repo (org/name); default: build.toml [general.hub] repo-id.")] = None,
+    build_dir: Annotated[Optional[Path], typer.Option(
+        help="Build folder to upload; default: PROJECT/build.")] = None,
+    tag: Annotated[Optional[str], typer.Option(
+        help="Also tag the uploaded commit with a full release tag, e.g. v1.2.3.")] = None,
+    create_pr: Annotated[bool, typer.Option(
+        "--create-pr", help="Open a pull request instead of pushing to the branch.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print what would be added, changed and deleted; write nothing.")] = False,
+    output_json: Annotated[Optional[Path], typer.Option(
+        "--output-json", help="Write a JSON summary (status, repo, branch, commit, URL) here.")] = None,
+    allow_dirty: Annotated[bool, typer.Option(
+        "--allow-dirty", help="Upload even if the project or a variant has uncommitted changes.")] = False,
+    private: Annotated[bool, typer.Option(
+        "--private", help="Create the repo as private (when it does not exist yet).")] = False,
+) -> None:
+    """Upload the checked variants of build/ to branch v<version> of a Hub kernel repo."""
+    from ..publish import upload as publish
+    publish.upload(project, repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
+                   dry_run=dry_run, allow_dirty=allow_dirty, private=private,
+                   output_json=output_json, log=log, warn=warn)
+
+@app.command("to-wheel")
+def to_wheel(
+    source: Annotated[Optional[Path], typer.Argument(
+        help="A build folder, a variant folder or a kernel project; default: .")] = None,
+    repo_id: Annotated[Optional[str], typer.Option(
+        "--repo-id", help="Make wheels of a Hub kernel repo instead (needs --version).")] = None,
+    version: Annotated[Optional[int], typer.Option(
+        "--version", help="Kernel version on the Hub (branch v<N>).")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the wheels.")] = Path("dist"),
+) -> None:
+    """Package each variant as a wheel (abi3 + manylinux_2_28 and torch==X.Y.* when compiled)."""
+    from ..publish import wheel
+    if repo_id is not None and source is not None:
+        from ..core.errors import BuildError
+        raise BuildError("give either SOURCE or --repo-id, not both")
+    wheel.to_wheels(source, out=out, repo_id=repo_id, version=version, log=log, warn=warn)

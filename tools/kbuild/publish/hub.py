@@ -1,0 +1,173 @@
+"""The Hub client: `HfApi` calls with retries on transient failures, and every Hub error mapped
+to one BuildError line of our own wording, scrubbed of the token."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..core.errors import BuildError
+
+REPO_TYPE = "kernel"
+RETRY_STATUS = (408, 429, 500, 502, 503, 504)
+
+Log = Callable[[str], None]
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module, name in (("httpx2", "TransportError"), ("httpx", "TransportError"),
+                         ("requests.exceptions", "ConnectionError"),
+                         ("requests.exceptions", "Timeout")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    if isinstance(exc, OfflineModeIsEnabled):
+        return False
+    status = _status(exc)
+    if status is not None:
+        return status in RETRY_STATUS
+    return isinstance(exc, _transport_errors())
+
+
+class Scrub:
+    """Removes the token from any text we print."""
+
+    def __init__(self, token: str | None):
+        self.token = token
+
+    def __call__(self, text: str) -> str:
+        return text.replace(self.token, "***") if self.token and len(self.token) >= 4 else text
+
+
+def hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
+              scrub: Callable[[str], str] = str) -> BuildError:
+    """One clear line for a Hub failure (never the token, never a traceback)."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    org = repo_id.split("/", 1)[0]
+    status = _status(exc)
+    server_lines = str(getattr(exc, "server_message", None) or "").strip().splitlines()
+    server = scrub(server_lines[0]) if server_lines else ""
+    if isinstance(exc, OfflineModeIsEnabled):
+        return BuildError(f"{what}: HF_HUB_OFFLINE is set, so the Hub cannot be reached",
+                          hint="unset HF_HUB_OFFLINE")
+    if status == 401:
+        return BuildError(f"{what}: authentication failed (HTTP 401): the Hugging Face token is "
+                          "missing, invalid or expired",
+                          hint="set HF_TOKEN to a valid write token or run `hf auth login`")
+    if status == 403:
+        return BuildError(f"{what}: permission denied (HTTP 403)"
+                          + (f": {server}" if server else ""),
+                          hint=f"the token needs write access to the `{org}` namespace")
+    if status == 404:
+        return BuildError(f"{what}: not found (HTTP 404)" + (f": {server}" if server else ""),
+                          hint=f"check the repo id `{repo_id}` and that `{org}` exists")
+    if status == 412:
+        return BuildError(f"{what}: the branch moved while uploading (HTTP 412); nothing was "
+                          "committed", hint="someone else pushed at the same time; run it again")
+    if status is not None:
+        return BuildError(f"{what}: the Hub answered HTTP {status}"
+                          + (f": {server}" if server else ""),
+                          hint="nothing was committed; run it again to finish")
+    if isinstance(exc, _transport_errors()):
+        return BuildError(f"{what}: cannot reach {endpoint} ({type(exc).__name__})",
+                          hint="check the network or HF_ENDPOINT; nothing was committed, "
+                               "run it again to finish")
+    detail = scrub(str(exc)).strip().splitlines()
+    return BuildError(f"{what}: {type(exc).__name__}" + (f": {detail[0]}" if detail else ""))
+
+
+class HubClient:
+    """HfApi calls with retry-on-transient and one-line errors."""
+
+    def __init__(self, repo_id: str, *, endpoint: str | None, token: str | None, log: Log,
+                 retries: int, backoff: float):
+        from huggingface_hub import HfApi
+        self.api = HfApi(endpoint=endpoint, token=token)
+        self.endpoint = self.api.endpoint.rstrip("/")
+        self.repo_id = repo_id
+        self.log = log
+        self.retries = retries
+        self.backoff = backoff
+        self.scrub = Scrub(token or self._token())
+
+    @staticmethod
+    def _token() -> str | None:
+        from huggingface_hub import get_token
+        try:
+            return get_token()
+        except Exception:
+            return None
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any:
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except BuildError:
+                raise
+            except Exception as exc:
+                if is_transient(exc) and attempt < self.retries:
+                    delay = self.backoff * 2 ** attempt
+                    reason = f"HTTP {_status(exc)}" if _status(exc) else type(exc).__name__
+                    self.log(f"{what}: {reason}; retrying in {delay:.1f}s "
+                             f"({attempt + 1}/{self.retries})")
+                    time.sleep(delay)
+                    continue
+                raise hub_error(exc, what=what, repo_id=self.repo_id, endpoint=self.endpoint,
+                                scrub=self.scrub) from None
+        raise AssertionError("unreachable")
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        from huggingface_hub.errors import RepositoryNotFoundError
+
+        def probe() -> bool:
+            try:
+                self.api.repo_info(self.repo_id, repo_type=REPO_TYPE)
+                return True
+            except RepositoryNotFoundError as exc:
+                if _status(exc) in (401, 403):
+                    raise
+                return False
+        return self.call(f"reading {self.repo_id}", probe)
+
+    def branches(self) -> dict[str, str]:
+        refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
+        return {b.name: b.target_commit for b in refs.branches}
+
+    def tags(self) -> dict[str, str]:
+        refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
+        return {t.name: t.target_commit for t in refs.tags}
+
+    def tree(self, revision: str, paths: list[str]) -> dict[str, str]:
+        """{path: blob oid} of every file under the folders `paths` at `revision`."""
+        from huggingface_hub import RepoFile
+        from huggingface_hub.errors import EntryNotFoundError
+        out: dict[str, str] = {}
+        for top in paths:
+            try:
+                entries = list(self.api.list_repo_tree(self.repo_id, path_in_repo=top,
+                                                       recursive=True, revision=revision,
+                                                       repo_type=REPO_TYPE))
+            except EntryNotFoundError:
+                continue
+            out.update({e.path: e.blob_id for e in entries if isinstance(e, RepoFile)})
+        return out
+
+    def file_oids(self, revision: str, paths: list[str]) -> dict[str, str]:
+        from huggingface_hub import RepoFile
+        infos = self.api.get_paths_info(self.repo_id, paths, revision=revision, repo_type=REPO_TYPE)
+        return {i.path: i.blob_id for i in infos if isinstance(i, RepoFile)}

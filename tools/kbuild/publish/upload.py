@@ -1,0 +1,370 @@
+"""Stage: publish — upload a checked build folder to a Hub kernel repo (`kbuild upload`).
+
+What lands where (the reference uploader's layout):
+- `build/<variant>/…` and `benchmarks/benchmark*.py` on branch `v<version>` (created from
+  `main` when missing), in ONE commit per upload: every add plus a delete of every remote file
+  under an uploaded variant's folder that the local variant no longer has (`sync.py`).
+- `README.md` on `main`, from `CARD.md` or a generated card (`card.py`), in a separate commit.
+
+The token (HF_TOKEN or `hf auth login`) is never printed (`hub.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..build.assemble import METADATA
+from ..build.check import check_variant, variant_dirs
+from ..core import gitinfo
+from ..core import manifest as manifest_mod
+from ..core.errors import BuildError
+from .card import card_text
+from .hub import REPO_TYPE, HubClient
+from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
+
+MAIN = "main"
+README = "README.md"
+MAX_OPERATIONS = 1000  # the reference uploader's batch size; one commit is still atomic above it
+
+Log = Callable[[str], None]
+
+
+def _silent(_: str) -> None:
+    pass
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class UploadResult:
+    status: str  # uploaded | unchanged | pr-opened | dry-run
+    repo_id: str
+    branch: str
+    commit: str | None
+    url: str
+    pr_url: str | None
+    added: list[str]
+    changed: list[str]
+    deleted: list[str]
+    unchanged: list[str]
+    variants: list[str]
+    skipped: dict[str, list[str]]
+    readme: dict[str, Any]
+    tag: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Variant:
+    path: Path
+    meta: dict
+    notes: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+# ----------------------------------------------------------------------------- local side
+
+
+def _shipped_files(variant: Path) -> list[Path]:
+    return sorted(p for p in variant.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.relative_to(variant).parts
+                  and p.suffix != ".pyc")
+
+
+def _read_meta(variant: Path) -> dict | None:
+    try:
+        meta = json.loads((variant / METADATA).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manifest, *,
+                    allow_dirty: bool, load: bool = True, python: str | None = None,
+                    log: Log = _silent, warn: Log = _silent
+                    ) -> tuple[list[Variant], dict[str, list[str]]]:
+    """The variants to upload and the skipped ones with their reasons; refuses bad folders."""
+    general = manifest.general
+    if not build_dir.is_dir() or not variant_dirs(build_dir):
+        raise BuildError("no variants to upload", file=build_dir, hint="run `kbuild build` first")
+    dirs = variant_dirs(build_dir)
+    metas = {d.name: _read_meta(d) for d in dirs}
+    versions = sorted({m.get("version") for m in metas.values() if m and "version" in m}, key=str)
+    if len(versions) > 1:
+        listing = ", ".join(f"{n}: {m.get('version')}" for n, m in metas.items() if m)
+        raise BuildError(f"the build folder mixes kernel versions ({listing})", file=build_dir,
+                         hint="remove the stale variants (`kbuild clean`) and rebuild")
+    if versions and versions[0] != general.version:
+        raise BuildError(f"the variants are version {versions[0]} but build.toml says "
+                         f"{general.version}", file=project / manifest_mod.MANIFEST,
+                         key="general.version", hint="rebuild after changing the version")
+    names = {m.get("name") for m in metas.values() if m and "name" in m}
+    if names - {general.name}:
+        raise BuildError(f"the build folder holds variants of {', '.join(sorted(map(str, names)))}"
+                         f", not of {general.name}", file=build_dir, hint="pass the right --build-dir")
+
+    state = gitinfo.git_state(project)
+    if not allow_dirty:
+        if state is not None and state.dirty:
+            raise BuildError("the kernel project has uncommitted changes", file=project,
+                             hint="commit them and rebuild, or pass --allow-dirty")
+        for name, meta in metas.items():
+            if _provenance(meta, "kernel").get("dirty"):
+                raise BuildError(f"variant {name} was built from a tree with uncommitted changes",
+                                 file=build_dir / name / METADATA, key="provenance.kernel.dirty",
+                                 hint="commit, rebuild and upload again, or pass --allow-dirty")
+
+    chosen: list[Variant] = []
+    skipped: dict[str, list[str]] = {}
+    for d in dirs:
+        report = check_variant(d, python=python, load=load)
+        problems = [p for p in report.problems if not _bytecode(p)]
+        notes = list(report.notes)  # e.g. "not loadable on this machine" for a CUDA variant
+        if problems:
+            skipped[d.name] = problems
+            warn(f"skipping {d.name}: " + "; ".join(problems))
+            continue
+        meta = metas[d.name] or {}
+        built_from = _provenance(meta, "kernel").get("commit")
+        if state is not None and built_from and _sources_differ(project, built_from):
+            warn(f"{d.name} was built from commit {built_from[:12]}; the kernel's sources have "
+                 "changed since (rebuild to upload the current state)")
+        log(f"checked {d.name}: ok" + (f"; {'; '.join(notes)}" if notes else ""))
+        chosen.append(Variant(d, meta, notes))
+    if not chosen:
+        raise BuildError("no variant passed `kbuild check`; nothing to upload", file=build_dir,
+                         hint="fix the problems above and rebuild")
+    if any(_provenance(v.meta, "kernel-builder").get("dirty") for v in chosen):
+        warn("the variants were built by a pixi-kernel-builder checkout with uncommitted changes; "
+             "`kernels` will warn about a dirty tree when loading them")
+    return chosen, skipped
+
+
+def _bytecode(problem: str) -> bool:
+    """`__pycache__`/`.pyc` in a variant: never uploaded, so no reason to skip it."""
+    return (problem.startswith("layout: ") and problem.endswith("must not be shipped")
+            and ("__pycache__" in problem or ".pyc" in problem))
+
+
+def _provenance(meta: dict | None, part: str) -> dict:
+    value = ((meta or {}).get("provenance") or {}).get(part)
+    return value if isinstance(value, dict) else {}
+
+
+def _sources_differ(project: Path, commit: str) -> bool:
+    """Whether the project folder at HEAD differs from `commit` (unknown commits count as no)."""
+    import subprocess
+    try:
+        proc = subprocess.run(["git", "-C", str(project), "diff", "--quiet", commit, "HEAD", "--", "."],
+                              capture_output=True)
+    except OSError:
+        return False
+    return proc.returncode == 1
+
+
+def version_files(project: Path, variants: list[Variant]) -> dict[str, Path]:
+    """path in repo -> local file, for the version branch."""
+    files: dict[str, Path] = {}
+    for v in variants:
+        for p in _shipped_files(v.path):
+            files[f"build/{v.name}/{p.relative_to(v.path).as_posix()}"] = p
+    bench = project / "benchmarks"
+    if bench.is_dir():
+        for p in sorted(bench.glob("benchmark*.py")):
+            if p.is_file():
+                files[f"benchmarks/{p.name}"] = p
+    return files
+
+
+# ----------------------------------------------------------------------------- upload
+
+
+def _check_tag(tag: str, version: int) -> None:
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
+    if not m:
+        raise BuildError(f"--tag {tag!r} is not a full release tag like v{version}.0.0")
+    if int(m[1]) != version:
+        raise BuildError(f"--tag {tag} does not belong to version {version} (branch v{version})",
+                         hint=f"use v{version}.<minor>.<patch>, or bump general.version")
+
+
+def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None = None,
+           tag: str | None = None, create_pr: bool = False, dry_run: bool = False,
+           allow_dirty: bool = False, private: bool = False, load: bool = True,
+           python: str | None = None, endpoint: str | None = None, token: str | None = None,
+           retries: int = 4, backoff: float = 0.5, log: Log = print, warn: Log = print,
+           output_json: Path | None = None) -> UploadResult:
+    project = project.resolve()
+    manifest = manifest_mod.load(project, warn=warn)
+    general = manifest.general
+    repo_id = repo_id or general.hub.repo_id
+    if not repo_id:
+        raise BuildError("no repo id to upload to", file=project / manifest_mod.MANIFEST,
+                         key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        raise BuildError(f"repo id {repo_id!r} is not of the form org/name", key="--repo-id")
+    if tag is not None:
+        _check_tag(tag, general.version)
+        if create_pr:
+            raise BuildError("--tag cannot be combined with --create-pr",
+                             hint="merge the pull request, then tag the merge commit")
+    if not dry_run and not (token or HubClient._token()):
+        raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
+    branch = general.hub.branch or f"v{general.version}"
+    build_dir = (build_dir or project / "build").resolve()
+
+    variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=allow_dirty,
+                                        load=load, python=python, log=log, warn=warn)
+    to_upload = version_files(project, variants)
+    readme, readme_source = card_text(project, manifest, repo_id, variants)
+    if len(to_upload) > MAX_OPERATIONS:
+        log(f"note: {len(to_upload)} files in one commit (the reference uploader batches by "
+            f"{MAX_OPERATIONS}); one commit keeps the upload atomic")
+
+    hub = HubClient(repo_id, endpoint=endpoint, token=token, log=warn, retries=retries, backoff=backoff)
+
+    names = ", ".join(v.name for v in variants)
+    message = f"Upload {general.name} version {general.version} ({names})"
+    description = _commit_description(variants)
+    delete_under = [f"build/{v.name}/" for v in variants]
+
+    version_branch = dict(local=to_upload, dirs=["build", "benchmarks"], files=[],
+                          delete_under=delete_under, message=message, description=description)
+    main_branch = dict(local={README: readme.encode()}, dirs=[], files=[README], delete_under=[],
+                       message=f"Update README.md ({readme_source})", description="")
+    exists = hub.exists()
+    branch_exists = exists and branch in hub.call("reading refs", hub.branches)
+    if dry_run:
+        nothing = SyncResult(compute_diff({p: git_blob_oid(f) for p, f in to_upload.items()}, {},
+                                     delete_under), None, None)
+        sync = (sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
+                if branch_exists else nothing)
+        readme_sync = (sync_branch(hub, branch=MAIN, create_pr=False, dry_run=True, **main_branch)
+                       if exists else SyncResult(Diff(added=[README]), None, None))
+        _print_plan(log, repo_id, branch, sync.diff, readme_sync.diff, exists, branch_exists,
+                    create_pr, tag)
+        result = _result("dry-run", hub, repo_id, branch, sync, variants, skipped,
+                         _readme_json(readme_sync, readme_source), tag)
+        _write_json(output_json, result)
+        return result
+
+    if not exists:
+        hub.call(f"creating {repo_id}", lambda: hub.api.create_repo(
+            repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True))
+        log(f"created kernel repo {repo_id}" + (" (private)" if private else ""))
+    if not branch_exists:
+        hub.call(f"creating branch {branch}", lambda: hub.api.create_branch(
+            repo_id, branch=branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True))
+        log(f"created branch {branch} from {MAIN}")
+
+    sync = sync_branch(hub, branch=branch, create_pr=create_pr, dry_run=False, **version_branch)
+    readme_sync = sync_branch(hub, branch=MAIN, create_pr=create_pr, dry_run=False, **main_branch)
+    if create_pr:
+        status = "pr-opened" if sync.pr_url else "unchanged"
+    else:
+        status = "uploaded" if sync.commit else "unchanged"
+
+    tagged = None
+    if tag is not None:
+        target = sync.commit or sync.head
+        _tag(hub, tag, target)  # type: ignore[arg-type]
+        tagged = tag
+
+    diff = sync.diff
+    if create_pr and sync.pr_url:
+        log(f"opened pull request {sync.pr_url} against {branch}: {len(diff.added)} added, "
+            f"{len(diff.changed)} changed, {len(diff.deleted)} deleted")
+    elif sync.commit:
+        log(f"uploaded {names} to {repo_id}@{branch}: {len(diff.added)} added, "
+            f"{len(diff.changed)} changed, {len(diff.deleted)} deleted, "
+            f"{len(diff.unchanged)} unchanged -> {sync.commit_url or sync.commit}")
+    else:
+        log(f"{repo_id}@{branch} is up to date ({len(diff.unchanged)} files); no commit")
+    if readme_sync.pr_url:
+        log(f"opened pull request {readme_sync.pr_url} for README.md on {MAIN}")
+    elif readme_sync.commit:
+        log(f"updated README.md on {MAIN} ({readme_source})")
+    if tagged:
+        log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tagged}")
+    result = _result(status, hub, repo_id, branch, sync, variants, skipped,
+                     _readme_json(readme_sync, readme_source), tagged)
+    _write_json(output_json, result)
+    return result
+
+
+def _commit_description(variants: list[Variant]) -> str:
+    lines = ["Uploaded with pixi-kernel-builder."]
+    for v in variants:
+        prov = v.meta.get("provenance") or {}
+        kernel = prov.get("kernel") or {}
+        src = f" from {kernel['commit']}" + (" (dirty)" if kernel.get("dirty") else "") \
+            if kernel.get("commit") else ""
+        lines.append(f"- {v.name}: {v.meta.get('id')}{src}")
+    return "\n".join(lines)
+
+
+def _tag(hub: HubClient, tag: str, target: str) -> None:
+    existing = hub.call("reading tags", hub.tags)
+    if tag in existing:
+        if existing[tag] == target:
+            return
+        raise BuildError(f"tag {tag} already exists on {hub.repo_id} at {existing[tag][:12]}",
+                         hint="release tags are never moved; pick the next version number")
+    hub.call(f"tagging {tag}", lambda: hub.api.create_tag(
+        hub.repo_id, tag=tag, revision=target, repo_type=REPO_TYPE, exist_ok=False))
+
+
+def _readme_json(sync: SyncResult, source: str) -> dict[str, Any]:
+    d = sync.diff
+    state = "added" if d.added else "changed" if d.changed else "unchanged"
+    return {"source": source, "state": state, "commit": sync.commit, "pr_url": sync.pr_url}
+
+
+def _result(status: str, hub: HubClient, repo_id: str, branch: str, sync: SyncResult,
+            variants: list[Variant], skipped: dict[str, list[str]], readme: dict[str, Any],
+            tag: str | None) -> UploadResult:
+    d = sync.diff
+    url = sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}"
+    return UploadResult(status=status, repo_id=repo_id, branch=branch, commit=sync.commit, url=url,
+                        pr_url=sync.pr_url, added=d.added,
+                        changed=d.changed, deleted=d.deleted, unchanged=d.unchanged,
+                        variants=[v.name for v in variants], skipped=skipped, readme=readme, tag=tag)
+
+
+def _write_json(path: Path | None, result: UploadResult) -> None:
+    if path is None:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _print_plan(log: Log, repo_id: str, branch: str, diff: Diff, readme: Diff, exists: bool,
+                branch_exists: bool, create_pr: bool, tag: str | None) -> None:
+    log(f"dry run: nothing is written to {repo_id}")
+    if not exists:
+        log(f"would create kernel repo {repo_id}")
+    if not branch_exists:
+        log(f"would create branch {branch} from {MAIN}")
+    target = f"a pull request against {branch}" if create_pr else f"branch {branch}"
+    log(f"{target}: {len(diff.added)} added, {len(diff.changed)} changed, "
+        f"{len(diff.deleted)} deleted, {len(diff.unchanged)} unchanged")
+    for label, paths in (("add", diff.added), ("change", diff.changed), ("delete", diff.deleted)):
+        for p in paths:
+            log(f"  {label:<7} {p}")
+    state = "add" if readme.added else "change" if readme.changed else "unchanged"
+    log(f"{README} on {MAIN}: {state}")
+    if tag:
+        log(f"would tag the {branch} commit as {tag}")
