@@ -11,9 +11,9 @@ from pathlib import Path
 
 from .. import __version__
 from ..core.gitinfo import git_state
+from ..core.layout import METADATA
 from .plan import VariantPlan
 
-METADATA = "metadata.json"
 DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
 
 

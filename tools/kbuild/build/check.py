@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .assemble import METADATA, digest_files
+from ..core.runner import capture
+from ..core.variant import Variant, VariantError
+from ..core.layout import METADATA
+from .assemble import digest_files
 
 REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
 MANYLINUX = "manylinux_2_28"
@@ -72,7 +74,7 @@ def abi_problems(so: Path) -> list[str]:
 
 
 def metadata_problems(variant: Path, meta: dict) -> list[str]:
-    compiled = not variant.name.startswith("torch-")
+    compiled = not variant.name.startswith("torch-") or variant.name.startswith("torch-stable-abi")
     problems = [f"metadata.json: missing required key `{k}`" for k in REQUIRED_KEYS if k not in meta]
     try:
         from kernels._rust import Metadata
@@ -108,7 +110,10 @@ def digest_problems(variant: Path, meta: dict) -> list[str]:
 
 def layout_problems(variant: Path, meta: dict) -> list[str]:
     problems = []
-    noarch = variant.name.startswith("torch-")
+    try:
+        parsed = Variant.parse(variant.name)
+    except VariantError as e:
+        return [f"layout: folder {variant.name}: {e.reason}"]
     for required in ("__init__.py", "_ops.py"):
         if not (variant / required).is_file():
             problems.append(f"layout: {required} is missing")
@@ -116,17 +121,12 @@ def layout_problems(variant: Path, meta: dict) -> list[str]:
     problems += [f"layout: {p.relative_to(variant)} must not be shipped" for p in junk]
     sos = sorted(variant.glob("*.so"))
     kid = meta.get("id", "")
-    if noarch:
+    if parsed.is_noarch:
         problems += [f"layout: noarch variant contains {s.name}" for s in sos]
-        expected_backend = variant.name.removeprefix("torch-")
-    else:
-        if [s.name for s in sos] != [f"{kid}.abi3.so"]:
-            problems.append(f"layout: expected exactly {kid}.abi3.so, found {[s.name for s in sos]}")
-        parts = variant.name.split("-")
-        compute = parts[2] if len(parts) > 2 else ""
-        expected_backend = "cpu" if compute == "cpu" else "cuda" if compute.startswith("cu") else compute
-    if meta.get("backend", {}).get("type") != expected_backend:
-        problems.append(f"layout: folder {variant.name} is a {expected_backend} variant but metadata "
+    elif [s.name for s in sos] != [f"{kid}.abi3.so"]:
+        problems.append(f"layout: expected exactly {kid}.abi3.so, found {[s.name for s in sos]}")
+    if meta.get("backend", {}).get("type") != parsed.backend:
+        problems.append(f"layout: folder {variant.name} is a {parsed.backend} variant but metadata "
                         f"says {meta.get('backend', {}).get('type')!r}")
     name = meta.get("name", "")
     if kid and not kid.startswith(f"_{name.replace('-', '_')}_"):
@@ -136,8 +136,7 @@ def layout_problems(variant: Path, meta: dict) -> list[str]:
 
 def probe_load(variant: Path, python: str | None) -> dict:
     script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
-    proc = subprocess.run([python or sys.executable, str(script), str(variant)],
-                          capture_output=True, text=True)
+    proc = capture([python or sys.executable, str(script), str(variant)])
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

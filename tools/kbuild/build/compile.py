@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from ..core.errors import BuildError
+from ..core.runner import run_logged
 from .plan import VariantPlan
-from .torchenv import find_cxx
+from .toolchain import find_cxx
 
 
 def _tool(name: str) -> str:
@@ -61,17 +61,6 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     return args
 
 
-def run_logged(cmd: list[str], log: Path, what: str, env: dict | None = None) -> None:
-    with log.open("a", encoding="utf-8") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
-        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
-        raise BuildError(f"{what} failed (exit {proc.returncode}); full log: {log}\n    "
-                         + "\n    ".join(tail), hint="fix the error shown above")
-
-
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Path:
     """Configures (once) and builds; returns the path of the built `.so`."""
     build = src / "cmake-build"
@@ -83,12 +72,12 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Pa
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
     if not (build / "build.ninja").is_file():
-        run_logged(args, log, "CMake configure", env)
+        run_logged(args, log, "CMake configure", env=env)
         stamp.write_text("\n".join(args))
     cmd = [_tool("cmake"), "--build", str(build)]
     if jobs:
         cmd += ["--parallel", str(jobs)]
-    run_logged(cmd, log, "compilation", env)
+    run_logged(cmd, log, "compilation", env=env)
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")

@@ -6,9 +6,9 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from ..core.layout import Layout
 from .plan import VariantPlan
 
-WORK_DIR = ".kbuild"
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
 CUDA_SUFFIXES = (".cu",)
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
@@ -19,7 +19,7 @@ def template(name: str) -> str:
 
 
 def work_dir(plan: VariantPlan) -> Path:
-    return plan.project / WORK_DIR / plan.name
+    return Layout.of(plan.project).variant_work(plan.name)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -44,27 +44,27 @@ def cmake_arch(cap: str) -> str:
 
 
 def torch_libs(plan: VariantPlan) -> list[str]:
-    lib = Path(plan.env.lib_dir)
+    lib = Path(plan.torch.lib_dir)
     names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"] if plan.backend == "cuda" else [])
     libs = [str(lib / f"lib{n}.so") for n in names]
     return libs + ([plan.cuda.cudart] if plan.cuda else [])
 
 
 def plan_cmake(plan: VariantPlan) -> str:
-    env, project = plan.env, plan.project
+    torch, project = plan.torch, plan.project
     torch_cfg = plan.manifest.torch
-    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(env.cxx11_abi)}",
+    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(torch.cxx11_abi)}",
             f"{plan.backend.upper()}_KERNEL"]
-    torch_includes = list(env.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
+    torch_includes = list(torch.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
     lines = {
         "KB_ID": plan.kernel_id,
         "KB_BACKEND": plan.backend,
         "KB_PROJECT_DIR": str(project),
-        "KB_PREFIX_MAP_DIRS": [env.site_packages] + ([str(plan.cuda.root)] if plan.cuda else []),
+        "KB_PREFIX_MAP_DIRS": [torch.site_packages] + ([str(plan.cuda.root)] if plan.cuda else []),
         "KB_TOOLKIT_DIRS": [str(plan.cuda.root)] if plan.cuda else [],
-        "KB_CXX_STD": str(env.cxx_std),
+        "KB_CXX_STD": str(torch.cxx_std),
         "KB_TORCH_INCLUDES": torch_includes,
-        "KB_PYTHON_INCLUDE": env.python_include,
+        "KB_PYTHON_INCLUDE": torch.python_include,
         "KB_TORCH_LIBS": torch_libs(plan),
         "KB_TORCH_DEFINITIONS": defs,
         "KB_BINDING_SOURCES": [str(project / s) for s in torch_cfg.src],
@@ -82,7 +82,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         lines[p + "INCLUDES"] = includes
         lines[p + "USES_TORCH"] = "ON" if uses_torch else "OFF"
         # Torch-free kernels use C++17 so their objects do not depend on the torch version.
-        lines[p + "CXX_STD"] = str(env.cxx_std if uses_torch else 17)
+        lines[p + "CXX_STD"] = str(torch.cxx_std if uses_torch else 17)
         lines[p + "CXX_FLAGS"] = kernel.cxx_flags
         lines[p + "CUDA_FLAGS"] = kernel.cuda_flags
         lines[p + "ARCHS"] = [cmake_arch(c) for c in plan.kernel_archs.get(name, [])]

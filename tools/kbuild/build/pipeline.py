@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import manifest as manifest_mod
+from ..core.layout import Layout
 from .assemble import install, stage
 from .compile import compile_variant
-from .generate import WORK_DIR, generate
+from .generate import generate
 from .plan import VariantPlan, plan_noarch, plan_variant
-from .torchenv import TorchEnv, read_torch_env
+from .torch_install import TorchInstall, read_torch_install
 
 Log = Callable[[str], None]
 
@@ -27,23 +28,19 @@ class BuildResult:
     seconds: float
 
 
-def default_backends(manifest: manifest_mod.Manifest, env: TorchEnv | None) -> list[str]:
+def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[str]:
     """A CUDA torch builds the `cuda` variant, a CPU torch the `cpu` one (if listed)."""
     if manifest.is_noarch:
         return list(manifest.general.backends)
-    want = "cuda" if env and env.cuda else "cpu"
+    want = "cuda" if torch and torch.cuda else "cpu"
     return [want] if want in manifest.general.backends else [manifest.general.backends[0]]
-
-
-def staging_root(build_dir: Path) -> Path:
-    return build_dir.parent / WORK_DIR / "staging"
 
 
 def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None) -> BuildResult:
     start = time.monotonic()
     work = generate(plan)
     so = compile_variant(plan, work, jobs) if plan.compiled else None
-    staged = stage(plan, work, so, staging_root(build_dir))
+    staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
     try:
         changed = install(staged, build_dir, plan.name)
     finally:
@@ -59,14 +56,13 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     manifest = manifest_mod.load(project, warn=warn)
     if manifest.is_noarch:
         return [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
-    env = read_torch_env(python, cache_dir=project / WORK_DIR)
-    return [plan_variant(project, manifest, env, b) for b in backends or default_backends(manifest, env)]
+    torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
+    return [plan_variant(project, manifest, torch, b) for b in backends or default_backends(manifest, torch)]
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           build_dir: Path | None = None, jobs: int | None = None,
           warn: Log | None = None) -> list[BuildResult]:
-    project = project.resolve()
-    build_dir = (build_dir or project / "build").resolve()
+    build_dir = Layout.of(project, build_dir).build_dir
     return [build_plan(p, build_dir, jobs) for p in plans(project, backends=backends,
                                                           python=python, warn=warn)]

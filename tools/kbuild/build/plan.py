@@ -9,8 +9,11 @@ from packaging.version import Version
 
 from ..core.errors import BuildError
 from ..core.gitinfo import GitState, build_uid
-from ..core.manifest import MANIFEST, Kernel, Manifest
-from .torchenv import CudaToolkit, TorchEnv, find_cuda
+from ..core.layout import MANIFEST
+from ..core.manifest import Kernel, Manifest
+from ..core.variant import Variant
+from .toolchain import CudaToolkit, find_cuda
+from .torch_install import TorchInstall
 
 # Default capabilities by toolkit (kernel-builder's lists).
 DEFAULT_CAPS = [
@@ -26,28 +29,17 @@ def default_capabilities(cuda: Version) -> list[str]:
     return next(caps for floor, caps in DEFAULT_CAPS if cuda >= floor)
 
 
-def cpu_arch(machine: str) -> str:
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine.lower())
-
-
-def variant_name(env: TorchEnv, backend: str, cuda: Version | None = None) -> str:
-    if backend == "cpu":
-        compute = "cpu"
-    elif backend == "cuda":
-        v = cuda or Version(env.cuda or "0")
-        compute = f"cu{v.major}{v.minor}"
-    else:
+def variant_of(torch: TorchInstall, backend: str, cuda: Version | None = None) -> Variant:
+    if backend not in COMPILED_BACKENDS:
         raise BuildError(f"backend {backend!r} cannot be compiled here yet",
                          hint=f"supported: {', '.join(COMPILED_BACKENDS)}")
-    parts = [env.torch_tag]
-    if env.system == "linux":
-        parts.append("cxx11" if env.cxx11_abi else "cxx98")
-    parts += [compute, cpu_arch(env.machine), env.system]
-    return "-".join(parts)
-
-
-def noarch_variant_name(backend: str) -> str:
-    return f"torch-{backend}"
+    toolkit = None
+    if backend == "cuda":
+        v = cuda or Version(torch.cuda or "0")
+        toolkit = (v.major, v.minor)
+    release = torch.torch_release
+    return Variant.torch((release.major, release.minor), backend, backend_version=toolkit,
+                         cxx11=torch.cxx11_abi, cpu=torch.machine, os=torch.system)
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class VariantPlan:
     project: Path
     manifest: Manifest
     backend: str
-    env: TorchEnv | None
+    torch: TorchInstall | None  # the target interpreter's torch (None: noarch)
     name: str
     uid: str
     git: GitState | None
@@ -126,24 +118,24 @@ def cuda_archs(manifest: Manifest, cuda: CudaToolkit, project: Path) -> dict[str
     return result
 
 
-def plan_variant(project: Path, manifest: Manifest, env: TorchEnv, backend: str) -> VariantPlan:
+def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: str) -> VariantPlan:
     project = project.resolve()
     if backend not in manifest.general.backends:
         raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
                          key="general.backends", hint=f"add {backend!r} or build another backend")
     if manifest.torch:
-        _check_bounds(env.torch_release, manifest.torch.minver, manifest.torch.maxver,
+        _check_bounds(torch.torch_release, manifest.torch.minver, manifest.torch.maxver,
                       what="torch", key="torch", project=project)
     cuda = None
     kernel_archs: dict[str, list[str]] = {}
     if backend == "cuda":
-        cuda = find_cuda(env)
+        cuda = find_cuda(torch)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
         kernel_archs = cuda_archs(manifest, cuda, project)
-    name = variant_name(env, backend, cuda.version if cuda else None)
+    name = variant_of(torch, backend, cuda.version if cuda else None).name
     uid, git = build_uid(project, input_files(project, manifest))
-    return VariantPlan(project=project, manifest=manifest, backend=backend, env=env, name=name,
+    return VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
                        uid=uid, git=git, kernels=manifest.kernels_for(backend), cuda=cuda,
                        kernel_archs=kernel_archs)
 
@@ -157,5 +149,5 @@ def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:
     noarch = manifest.torch_noarch
     declared = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
     archs = {"noarch": list(declared)} if declared else {}
-    return VariantPlan(project=project, manifest=manifest, backend=backend, env=None,
-                       name=noarch_variant_name(backend), uid=uid, git=git, kernel_archs=archs)
+    return VariantPlan(project=project, manifest=manifest, backend=backend, torch=None,
+                       name=Variant.noarch(backend).name, uid=uid, git=git, kernel_archs=archs)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..core.errors import BuildError
+from ..core.layout import MANIFEST, Layout
 from .app import app, out, warn
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -49,7 +50,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
     from rich.table import Table
 
     from ..build.check import check_variant, variant_dirs
-    root = (build_dir or project / "build").resolve()
+    root = Layout.of(project, build_dir).build_dir
     if not root.is_dir() or not variant_dirs(root):
         raise BuildError("no variants to check", file=root, hint="run `kbuild build` first")
     table = Table("variant", "result", "details")
@@ -69,14 +70,13 @@ def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/) and built variants (build/<variant>/), nothing else."""
     import shutil
 
-    from ..build.generate import WORK_DIR
-    project = project.resolve()
+    layout = Layout.of(project)
     removed = []
-    work = project / WORK_DIR
+    work = layout.work
     if work.is_dir():
         shutil.rmtree(work)
         removed.append(work)
-    build_root = project / "build"
+    build_root = layout.build_dir
     if build_root.is_dir():
         for variant in build_root.iterdir():
             if variant.is_dir() and (variant / "metadata.json").is_file():
@@ -103,14 +103,14 @@ def update_build(project: ProjectArg = Path("."),
     raw = manifest.read_raw(project)
     upgraded, notes = editions.upgrade(raw)
     if not notes:
-        out.print(f"{project / manifest.MANIFEST} is already edition {editions.CURRENT_EDITION}")
+        out.print(f"{project / MANIFEST} is already edition {editions.CURRENT_EDITION}")
         return
     text = tomli_w.dumps(upgraded)
     manifest.Manifest.model_validate(upgraded)  # fail before writing anything invalid
     if dry_run:
         out.print(text, highlight=False, markup=False)
         return
-    path = project / manifest.MANIFEST
+    path = project / MANIFEST
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

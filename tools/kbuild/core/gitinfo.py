@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from .runner import capture
 
 
 @dataclass(frozen=True)
@@ -16,10 +17,7 @@ class GitState:
 
 
 def _git(cwd: Path, *args: str) -> str | None:
-    try:
-        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
-    except OSError:
-        return None
+    proc = capture(["git", "-C", str(cwd), *args])
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import editions
 from .errors import BuildError
+from .layout import MANIFEST
 
-MANIFEST = "build.toml"
 NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
 CAPABILITY_RE = re.compile(r"^\d+\.\d+[af]?(\+PTX)?$")
 BACKENDS = ("cpu", "cuda", "rocm", "metal", "xpu", "cann", "neuron", "tpu")

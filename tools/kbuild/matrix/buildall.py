@@ -26,15 +26,13 @@ from typing import Callable
 
 from . import envs as envs_mod
 from ..core import manifest as manifest_mod
-from ..build.assemble import METADATA, digest_files
+from ..build.assemble import digest_files
 from ..core.errors import BuildError
-from ..build.generate import WORK_DIR
+from ..core.layout import METADATA, Layout
 from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
 from ..build.plan import input_files
 
-STATE_DIR = "buildall"
-LOG_DIR = "logs"
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
@@ -89,7 +87,7 @@ def fingerprint(project: Path, spec: EnvSpec, env_key: str, builder: str) -> str
 
 def state_file(project: Path, build_dir: Path, variant: str) -> Path:
     tag = hashlib.sha256(str(build_dir).encode()).hexdigest()[:8]
-    return project / WORK_DIR / STATE_DIR / f"{variant}.{tag}.json"
+    return Layout.of(project).buildall_state / f"{variant}.{tag}.json"
 
 
 def is_current(project: Path, build_dir: Path, variant: str, fp: str) -> bool:
@@ -126,9 +124,10 @@ class Runner:
         self.project = project.resolve()
         self.matrix = matrix
         self.opts = opts
-        self.build_dir = (opts.build_dir or self.project / "build").resolve()
+        self.layout = Layout.of(self.project, opts.build_dir)
+        self.build_dir = self.layout.build_dir
         self.envs_dir = envs_mod.envs_dir(self.project, opts.envs_dir)
-        self.log_dir = self.project / WORK_DIR / LOG_DIR
+        self.log_dir = self.layout.logs
         self.via = opts.via if opts.via != "auto" else ("pixi" if pixi_available(matrix) else "pypi")
         self.event = on_event
         self.stop = threading.Event()

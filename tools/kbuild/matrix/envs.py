@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -33,10 +32,11 @@ from typing import Callable, Iterator
 from packaging.version import Version
 
 from ..core.errors import BuildError
-from ..build.generate import WORK_DIR
+from ..core.runner import capture, run_logged
+from ..core.layout import Layout
+from ..build.toolchain import find_toolkit, nvcc_version
 from .matrix import Availability, EnvSpec
 
-ENVS_DIR_VAR = "KBUILD_ENVS_DIR"
 STAMP = "kbuild-env.json"
 PROBE_CACHE = "probe.json"
 PROBE_TTL_S = 24 * 3600
@@ -46,9 +46,7 @@ Log = Callable[[str], None]
 def envs_dir(project: Path, override: Path | None = None) -> Path:
     if override:
         return override.resolve()
-    if os.environ.get(ENVS_DIR_VAR):
-        return Path(os.environ[ENVS_DIR_VAR]).resolve()
-    return project.resolve() / WORK_DIR / "envs"
+    return Layout.of(project).envs
 
 
 def venv_python(path: Path) -> Path:
@@ -65,9 +63,8 @@ def base_python() -> str:
 def pip_config() -> dict[str, list[str]]:
     """pip's effective list options (find-links, indexes, constraints, cert) from `pip config list`."""
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                             text=True, timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
+        out = capture([sys.executable, "-m", "pip", "config", "list"], timeout=60).stdout
+    except subprocess.TimeoutExpired:
         return {}
     merged: dict[str, dict[str, list[str]]] = {}
     for line in out.splitlines():
@@ -137,8 +134,7 @@ class Installer:
         if self.kind == "uv":
             cmd = [self.uv, "pip", "compile", "-", "--quiet", "--no-header", "--no-annotate",
                    "--python", sys.executable, *self._uv_args(list(extra_indexes))]
-            proc = subprocess.run(cmd, input=requirement + "\n", capture_output=True, text=True,
-                                  env=self._env(), timeout=300)
+            proc = capture(cmd, input=requirement + "\n", env=self._env(), timeout=300)
             if proc.returncode != 0:
                 raise BuildError(_last_error(proc.stderr))
             pins = {}
@@ -153,7 +149,7 @@ class Installer:
                    "--quiet", "--disable-pip-version-check", "--report", str(report)]
             for url in extra_indexes:
                 cmd += ["--extra-index-url", url]
-            proc = subprocess.run(cmd + [requirement], capture_output=True, text=True, timeout=600)
+            proc = capture(cmd + [requirement], timeout=600)
             if proc.returncode != 0:
                 raise BuildError(_last_error(proc.stderr))
             data = json.loads(report.read_text())
@@ -184,16 +180,8 @@ def installer(kind: str = "auto") -> Installer:
 
 
 def run(cmd: list[str], log_file: Path, what: str, env: dict | None = None) -> None:
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("a", encoding="utf-8") as f:
-        f.write("$ " + shlex.join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode != 0:
-        tail = log_file.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        raise BuildError(f"{what} failed (exit {proc.returncode}); log: {log_file}\n    "
-                         + "\n    ".join(tail),
-                         hint="check the log; a wheel may be missing for this machine")
+    run_logged(cmd, log_file, what, env=env, tail=15,
+               hint="check the log; a wheel may be missing for this machine")
 
 
 # --- availability -----------------------------------------------------------------------------
@@ -215,24 +203,9 @@ def wheel_compute(pins: dict[str, str]) -> str | None:
 
 
 def local_toolkit(cuda: str) -> Path | None:
-    """A toolkit of this major.minor already on the machine (CUDA_HOME, /usr/local/cuda-X.Y)."""
-    want = Version(cuda)
-    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
-    roots += [f"/usr/local/cuda-{want.major}.{want.minor}", "/usr/local/cuda"]
-    for root in filter(None, roots):
-        nvcc = Path(root) / "bin" / "nvcc"
-        if nvcc.is_file() and nvcc_version(nvcc) == (want.major, want.minor):
-            return Path(root)
-    return None
-
-
-def nvcc_version(nvcc: Path) -> tuple[int, int] | None:
-    try:
-        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
-    except OSError:
-        return None
-    m = re.search(r"release (\d+)\.(\d+)", out)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """A toolkit of this major.minor already on the machine (the builder's own finder)."""
+    toolkit, _ = find_toolkit(Version(cuda))
+    return toolkit.root if toolkit else None
 
 
 @contextmanager
@@ -442,7 +415,7 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
     def verify(p: Path) -> dict:
         code = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
                 "'cuda': torch.version.cuda}))")
-        proc = subprocess.run([str(venv_python(p)), "-c", code], capture_output=True, text=True)
+        proc = capture([str(venv_python(p)), "-c", code])
         if proc.returncode != 0:
             raise BuildError(f"torch does not import in {p}: {proc.stderr.strip()[-300:]}")
         info = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -17,10 +17,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..core.errors import BuildError
+from ..core.layout import PIXI_TOML
+from ..core.variant import Variant
 
-PIXI_TOML = "pixi.toml"
 ENV_NAME_RE = re.compile(r"^torch(\d)(\d+)-(cu\d+|cpu)$")
-CPU_ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
+CPU_ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-arm64": "aarch64",
+            "osx-64": "x86_64", "win-64": "x86_64"}
 # conda-forge packages a CUDA toolkit feature must provide (torch's CUDA headers need the -dev ones).
 TOOLKIT_PACKAGES = ("cuda-version", "cuda-nvcc", "cuda-cudart-dev", "cuda-cccl", "libcublas-dev",
                     "libcusparse-dev", "libcusolver-dev")
@@ -76,8 +78,11 @@ class EnvSpec:
     def variant(self, platform: str = "linux-64") -> str:
         """The build/ folder this environment produces on `platform` (torch ≥ 2.7: cxx11 ABI)."""
         os_name, _, _ = platform.partition("-")
-        arch = CPU_ARCH.get(platform, platform.partition("-")[2])
-        return f"{self.torch_tag}-cxx11-{self.compute}-{arch}-{os_name}"
+        os_name = {"osx": "darwin", "win": "windows"}.get(os_name, os_name)
+        cpu = CPU_ARCH.get(platform, platform.partition("-")[2])
+        toolkit = None if self.cuda is None else (Version(self.cuda).major, Version(self.cuda).minor)
+        return Variant.torch((self.release.major, self.release.minor), self.backend,
+                             backend_version=toolkit, cpu=cpu, os=os_name).name
 
     @property
     def torch_requirement(self) -> str:

@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..build.assemble import METADATA
+from ..core.layout import MANIFEST, METADATA
 from ..build.check import check_variant, variant_dirs
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
 from ..core.errors import BuildError
+from ..core.runner import capture
 from .card import card_text
 from .hub import REPO_TYPE, HubClient
 from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
@@ -106,7 +107,7 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
                          hint="remove the stale variants (`kbuild clean`) and rebuild")
     if versions and versions[0] != general.version:
         raise BuildError(f"the variants are version {versions[0]} but build.toml says "
-                         f"{general.version}", file=project / manifest_mod.MANIFEST,
+                         f"{general.version}", file=project / MANIFEST,
                          key="general.version", hint="rebuild after changing the version")
     names = {m.get("name") for m in metas.values() if m and "name" in m}
     if names - {general.name}:
@@ -163,13 +164,8 @@ def _provenance(meta: dict | None, part: str) -> dict:
 
 def _sources_differ(project: Path, commit: str) -> bool:
     """Whether the project folder at HEAD differs from `commit` (unknown commits count as no)."""
-    import subprocess
-    try:
-        proc = subprocess.run(["git", "-C", str(project), "diff", "--quiet", commit, "HEAD", "--", "."],
-                              capture_output=True)
-    except OSError:
-        return False
-    return proc.returncode == 1
+    return capture(["git", "-C", str(project), "diff", "--quiet", commit, "HEAD", "--", "."]
+                   ).returncode == 1
 
 
 def version_files(project: Path, variants: list[Variant]) -> dict[str, Path]:
@@ -209,7 +205,7 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
     general = manifest.general
     repo_id = repo_id or general.hub.repo_id
     if not repo_id:
-        raise BuildError("no repo id to upload to", file=project / manifest_mod.MANIFEST,
+        raise BuildError("no repo id to upload to", file=project / MANIFEST,
                          key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise BuildError(f"repo id {repo_id!r} is not of the form org/name", key="--repo-id")

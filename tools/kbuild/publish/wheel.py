@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..build.assemble import METADATA
+from ..core.layout import BUILD_DIR, MANIFEST, METADATA
 from ..build.check import digest_problems, variant_dirs
-from ..core import manifest as manifest_mod
 from ..core.errors import BuildError
+from ..core.variant import Variant, VariantError
 from .hub import REPO_TYPE, HubClient
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
@@ -37,13 +37,6 @@ MANYLINUX = "manylinux_2_28"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 Log = Callable[[str], None]
-
-_VERSIONED = re.compile(r"^torch(?P<mm>\d{2,})(?:-cxx(?P<cxx>\d+))?-(?P<compute>[a-z0-9]+)"
-                        r"-(?P<cpu>x86_64|aarch64)-(?P<os>linux|darwin|windows)$")
-_STABLE = re.compile(r"^torch-stable-abi(?P<mm>\d{2,})-(?P<compute>[a-z0-9]+)"
-                     r"-(?P<cpu>x86_64|aarch64)-(?P<os>linux|darwin|windows)$")
-_NOARCH = re.compile(r"^torch-(?P<backend>[a-z0-9]+)$")
-
 
 @dataclass(frozen=True)
 class WheelTags:
@@ -59,10 +52,6 @@ class WheelTags:
         return f"{self.python}-{self.abi}-{self.platform}"
 
 
-def _torch_version(mm: str) -> str:
-    return f"{mm[0]}.{mm[1:]}"  # torch213 -> 2.13
-
-
 def _platform(cpu: str, os_name: str) -> str:
     if os_name == "linux":
         return f"{MANYLINUX}_{cpu}"
@@ -73,17 +62,25 @@ def _platform(cpu: str, os_name: str) -> str:
 
 def wheel_tags(variant: str) -> WheelTags:
     """Tags, local label and torch requirement of the variant folder name `variant`."""
-    if m := _STABLE.match(variant):
-        return WheelTags(f"stableabi{m['mm']}{m['compute']}", PYTHON_TAG, "abi3",
-                         _platform(m["cpu"], m["os"]), f"torch>={_torch_version(m['mm'])}", False)
-    if m := _VERSIONED.match(variant):
-        return WheelTags(f"torch{m['mm']}{m['compute']}", PYTHON_TAG, "abi3",
-                         _platform(m["cpu"], m["os"]), f"torch=={_torch_version(m['mm'])}.*", False)
-    if m := _NOARCH.match(variant):
-        return WheelTags(m["backend"], "py3", "none", "any", "torch", True)
-    raise BuildError(f"cannot make a wheel of variant {variant!r}: not a torch variant name",
-                     hint="expected torch<MAJ><MIN>-cxx11-<compute>-<cpu>-<os>, "
-                          "torch-stable-abi<MAJ><MIN>-..., or torch-<backend>")
+    try:
+        v = Variant.parse(variant)
+    except VariantError as e:
+        raise BuildError(f"cannot make a wheel of variant {variant!r}: {e.reason}",
+                         hint="expected torch<MAJ><MIN>-cxx11-<compute>-<cpu>-<os>, "
+                              "torch-stable-abi<MAJ><MIN>-..., or torch-<backend>") from None
+    if v.is_noarch:
+        return WheelTags(v.backend, "py3", "none", "any", "torch", True)
+    if v.framework == "tvm-ffi":
+        raise BuildError(f"cannot make a wheel of variant {variant!r}: not a torch variant name "
+                         "(tvm-ffi variants do not depend on torch)",
+                         hint="load tvm-ffi kernels with `kernels`")
+    mm = f"{v.version[0]}{v.version[1]}"
+    platform = _platform(v.cpu, v.os)
+    if v.framework == "torch-stable-abi":
+        return WheelTags(f"stableabi{mm}{v.compute}", PYTHON_TAG, "abi3", platform,
+                         f"torch>={v.release}", False)
+    return WheelTags(f"torch{mm}{v.compute}", PYTHON_TAG, "abi3", platform,
+                     f"torch=={v.release}.*", False)
 
 
 def _python_requirements(meta: dict) -> list[str]:
@@ -240,7 +237,7 @@ def to_wheels(source: Path | None, *, out: Path, repo_id: str | None = None,
         if (source / METADATA).is_file():
             variants = [source]
         else:
-            build_root = source / "build" if (source / manifest_mod.MANIFEST).is_file() else source
+            build_root = source / BUILD_DIR if (source / MANIFEST).is_file() else source
             if not build_root.is_dir():
                 raise BuildError("no build folder", file=build_root, hint="run `kbuild build` first")
             variants = variant_dirs(build_root)

@@ -1,0 +1,97 @@
+"""Stage 3: the build environment — the target interpreter's torch (compilers: toolchain.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from packaging.version import Version
+
+from ..core.errors import BuildError
+from ..core.runner import capture
+
+
+@dataclass(frozen=True)
+class TorchInstall:
+    python: str
+    python_version: str
+    python_include: str
+    torch_version: str
+    torch_root: str
+    cuda: str | None
+    hip: str | None
+    cxx11_abi: bool
+    cxx_std: int
+    machine: str
+    system: str
+    site_packages: str
+
+    @property
+    def torch_release(self) -> Version:
+        return Version(Version(self.torch_version).base_version)
+
+    @property
+    def torch_tag(self) -> str:
+        return f"torch{self.torch_release.major}{self.torch_release.minor}"
+
+    @property
+    def include_dirs(self) -> list[str]:
+        inc = Path(self.torch_root) / "include"
+        return [str(inc), str(inc / "torch" / "csrc" / "api" / "include")]
+
+    @property
+    def lib_dir(self) -> str:
+        return str(Path(self.torch_root) / "lib")
+
+
+def _cache_key(python: str) -> str | None:
+    proc = capture([python, "-c", "import sys; print(sys.prefix)"])
+    if proc.returncode != 0:
+        return None
+    out = proc.stdout.strip()
+    versions = list(Path(out).glob("lib/python*/site-packages/torch/version.py"))
+    if not versions:
+        return None
+    st = versions[0].stat()
+    return f"{Path(python).absolute()}|{versions[0]}|{st.st_mtime_ns}|{st.st_size}"
+
+
+def read_torch_install(python: str | None = None, *, cache_file: Path | None = None) -> TorchInstall:
+    """Inspects torch in `python` (default: this interpreter), cached by torch's install stamp."""
+    python = python or sys.executable
+    if not shutil.which(python) and not Path(python).is_file():
+        raise BuildError(f"Python interpreter {python!r} not found",
+                         hint="pass an existing interpreter with --python")
+    key = _cache_key(python) if cache_file else None
+    cache: dict = {}
+    if cache_file and cache_file.is_file():
+        try:
+            cache = json.loads(cache_file.read_text())
+        except ValueError:
+            cache = {}
+        if key and key in cache:
+            return TorchInstall(**cache[key])
+    script = resources.files("kbuild") / "resources" / "scripts" / "inspect_torch.py"
+    proc = capture([python, str(script)])
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError(f"could not inspect torch with {python}: {proc.stderr.strip()[-400:]}",
+                         hint="check that the interpreter runs") from None
+    if "error" in info:
+        raise BuildError(f"{python}: {info['error']}",
+                         hint="install torch in this environment (e.g. pip install torch==2.13.0), "
+                              "or pass another interpreter with --python")
+    env = TorchInstall(**info)
+    if cache_file and key:
+        cache[key] = asdict(env)
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        os.replace(tmp, cache_file)
+    return env

@@ -1,0 +1,92 @@
+"""Every path the builder reads or writes in a kernel project, named once.
+
+    PROJECT/build.toml              the manifest
+    PROJECT/pixi.toml               the environment matrix (optional)
+    PROJECT/build/<variant>/        built variants (`metadata.json` marks one)
+    PROJECT/.kbuild/                everything generated (removed by `kbuild clean`):
+        <variant>/                  generated build files, cmake-build/, build.log
+        staging/                    variants being assembled, renamed into build/ when complete
+        envs/                       PyPI-realised environments ($KBUILD_ENVS_DIR overrides)
+        logs/                       build-all and environment logs
+        buildall/                   build-all fingerprints
+        bench/                      `kbuild bench` results
+        torch-installs.json         cache of inspected torch installations
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "build.toml"
+PIXI_TOML = "pixi.toml"
+METADATA = "metadata.json"
+BUILD_DIR = "build"
+WORK_DIR = ".kbuild"
+TORCH_EXT = "torch-ext"
+ENVS_DIR_VAR = "KBUILD_ENVS_DIR"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one project; `build_dir` may be moved with --build-dir."""
+
+    root: Path
+    build_override: Path | None = None
+
+    @classmethod
+    def of(cls, project: Path, build_dir: Path | None = None) -> "Layout":
+        return cls(project.resolve(), build_dir.resolve() if build_dir else None)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def pixi_toml(self) -> Path:
+        return self.root / PIXI_TOML
+
+    @property
+    def build_dir(self) -> Path:
+        return self.build_override or self.root / BUILD_DIR
+
+    def variant_dir(self, name: str) -> Path:
+        return self.build_dir / name
+
+    @property
+    def work(self) -> Path:
+        return self.root / WORK_DIR
+
+    def variant_work(self, name: str) -> Path:
+        return self.work / name
+
+    @property
+    def staging(self) -> Path:
+        """Next to the build folder's own work dir, so the final rename stays on one filesystem."""
+        return self.build_dir.parent / WORK_DIR / "staging"
+
+    @property
+    def envs(self) -> Path:
+        if os.environ.get(ENVS_DIR_VAR):
+            return Path(os.environ[ENVS_DIR_VAR]).resolve()
+        return self.work / "envs"
+
+    @property
+    def logs(self) -> Path:
+        return self.work / "logs"
+
+    @property
+    def buildall_state(self) -> Path:
+        return self.work / "buildall"
+
+    @property
+    def bench(self) -> Path:
+        return self.work / "bench"
+
+    @property
+    def torch_cache(self) -> Path:
+        return self.work / "torch-installs.json"
+
+    def module_dir(self, module: str) -> Path:
+        return self.root / TORCH_EXT / module
