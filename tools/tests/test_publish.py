@@ -17,6 +17,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from kbuild_testing import copy_project
 from kbuild.build import pipeline
+from kbuild.publish import hub as hub_client
 from kbuild.publish import upload as publish
 from kbuild.core.errors import BuildError
 from kbuild_hub.server import HubServer
@@ -89,8 +90,8 @@ def do_upload(hub: HubServer, project: Path, **kw) -> tuple[publish.UploadResult
     """In-process upload (no load check: the CLI tests cover it), fast backoff."""
     logs: list[str] = []
     kw.setdefault("load", False)
-    result = publish.upload(project, endpoint=hub.url, token=TOKEN, backoff=0.01,
-                            log=logs.append, warn=logs.append, **kw)
+    options = publish.UploadOptions(endpoint=hub.url, token=TOKEN, backoff=0.01, **kw)
+    result = publish.upload(project, options, log=logs.append, warn=logs.append)
     return result, logs
 
 
@@ -370,19 +371,19 @@ def test_refuses_empty_mixed_and_wrong_version_build_folders(proj):
     meta = json.loads((other / "metadata.json").read_text())
     (other / "metadata.json").write_text(json.dumps({**meta, "version": 2}))
     with pytest.raises(BuildError, match="mixes kernel versions"):
-        publish.upload(proj, dry_run=True, load=False)
+        publish.upload(proj, publish.UploadOptions(dry_run=True, load=False))
     shutil.rmtree(other)
 
     toml = proj / "build.toml"
     toml.write_text(toml.read_text().replace("version = 1", "version = 3"))
     with pytest.raises(BuildError, match="the variants are version 1 but build.toml says 3"):
-        publish.upload(proj, dry_run=True, load=False)
+        publish.upload(proj, publish.UploadOptions(dry_run=True, load=False))
     toml.write_text(toml.read_text().replace("version = 3", "version = 1"))
 
     empty = proj / "empty"
     empty.mkdir()
     with pytest.raises(BuildError, match="no variants to upload"):
-        publish.upload(proj, build_dir=empty, dry_run=True, load=False)
+        publish.upload(proj, publish.UploadOptions(build_dir=empty, dry_run=True, load=False))
 
 
 def test_skips_variants_failing_check(hub, proj):
@@ -466,11 +467,11 @@ def _http_error(status: int) -> HfHubHTTPError:
     (500, "the Hub answered HTTP 500"),
 ])
 def test_hub_errors_are_one_line_without_the_token(status, expected):
-    err = publish.hub_error(_http_error(status), what="upload to org/k@v1", repo_id="org/k",
-                            endpoint="http://hub.invalid", scrub=publish._Scrub("hf_secret_in_message"))
+    err = hub_client.hub_error(_http_error(status), what="upload to org/k@v1", repo_id="org/k",
+                            endpoint="http://hub.invalid", scrub=hub_client.Scrub("hf_secret_in_message"))
     text = str(err)
     assert expected in text.splitlines()[0] and "hf_secret_in_message" not in text
-    assert publish.is_transient(_http_error(status)) == (status == 500)
+    assert hub_client.is_transient(_http_error(status)) == (status == 500)
 
 
 def test_unreachable_hub(proj):
@@ -478,8 +479,8 @@ def test_unreachable_hub(proj):
         url = server.url  # a port that nobody listens on once stopped
     logs: list[str] = []
     with pytest.raises(BuildError, match=r"cannot reach http://127\.0\.0\.1:\d+ \(ConnectError\)"):
-        publish.upload(proj, endpoint=url, token=TOKEN, load=False, retries=2, backoff=0.01,
-                       log=logs.append, warn=logs.append)
+        publish.upload(proj, publish.UploadOptions(endpoint=url, token=TOKEN, load=False, retries=2,
+                                                   backoff=0.01), log=logs.append, warn=logs.append)
     assert sum("retrying" in line for line in logs) == 2
 
 
@@ -521,7 +522,7 @@ def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
     variant = variant_of(proj).name
     api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
                       operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
-    real_tree = publish._Hub.tree
+    real_tree = hub_client.HubClient.tree
 
     def tree_then_someone_pushes(self, revision, paths):
         listing = real_tree(self, revision, paths)
@@ -529,12 +530,12 @@ def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
                           operations=[CommitOperationAdd("notes.txt", b"theirs")])
         return listing
 
-    monkeypatch.setattr(publish._Hub, "tree", tree_then_someone_pushes)
+    monkeypatch.setattr(hub_client.HubClient, "tree", tree_then_someone_pushes)
     with pytest.raises(BuildError, match="branch moved while uploading \\(HTTP 412\\); nothing was committed"):
         do_upload(hub, proj)
     head = hub.repo_commits(REPO, branch="v1")[0]
     assert v1_files(hub)["notes.txt"] == b"theirs" and f"build/{variant}/stale.txt" in v1_files(hub)
-    monkeypatch.setattr(publish._Hub, "tree", real_tree)
+    monkeypatch.setattr(hub_client.HubClient, "tree", real_tree)
     result, _ = do_upload(hub, proj)
     assert hub.repo_commits(REPO, branch="v1")[1] == head
     assert v1_files(hub)["notes.txt"] == b"theirs" and result.deleted == [f"build/{variant}/stale.txt"]

@@ -68,9 +68,9 @@ USER_SCRIPT = textwrap.dedent("""
                     reason="uploading to a kernel repo needs huggingface_hub >= 2.3")
 def test_kernelize_from_hub_layer_repository(rmsnorm_repo, tmp_path):
     with HubServer(token=TOKEN) as hub:
-        result = publish.upload(PROJECT, build_dir=rmsnorm_repo / "build", endpoint=hub.url,
-                                token=TOKEN, allow_dirty=True, load=False, log=lambda _: None,
-                                warn=lambda _: None)
+        options = publish.UploadOptions(build_dir=rmsnorm_repo / "build", endpoint=hub.url,
+                                        token=TOKEN, allow_dirty=True, load=False)
+        result = publish.upload(PROJECT, options, log=lambda _: None, warn=lambda _: None)
         assert result.status == "uploaded"
         env = dict(os.environ, HF_ENDPOINT=hub.url, HF_TOKEN=TOKEN, HF_HOME=str(tmp_path / "hf"))
         env.pop("HF_HUB_OFFLINE", None)

@@ -25,10 +25,24 @@ ALLOWED_NEEDED = re.compile(
     r"|cuda)\.so(\.\d+)*)$")
 
 
+class Problem(str):
+    """A check failure: its text, and a `code` (`<area>.<kind>`) that callers decide on."""
+
+    code: str
+
+    def __new__(cls, code: str, message: str) -> "Problem":
+        obj = super().__new__(cls, message)
+        obj.code = code
+        return obj
+
+
+BYTECODE = "layout.bytecode"  # __pycache__/.pyc in a variant: never shipped, so not fatal to upload
+
+
 @dataclass
 class CheckReport:
     variant: str
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     loaded: bool | None = None  # None: not attempted on this machine
 
@@ -54,83 +68,94 @@ def elf_dynamic(so: Path) -> tuple[list[str], list[str]]:
     return needed, paths
 
 
-def abi_problems(so: Path) -> list[str]:
+def abi_problems(so: Path) -> list[Problem]:
     import kernel_abi_check as kac
 
     obj = kac.ObjectFile(str(so))
-    problems = [f"{so.name}: {s.name}@{s.dep}_{s.version} is newer than {MANYLINUX} allows"
-                for s in obj.check_manylinux(MANYLINUX)]
+    problems = [Problem("abi.manylinux", f"{so.name}: {s.name}@{s.dep}_{s.version} is newer than "
+                        f"{MANYLINUX} allows") for s in obj.check_manylinux(MANYLINUX)]
     for s in obj.check_python_abi(PYTHON_ABI):
         if hasattr(s, "version_added"):
-            problems.append(f"{so.name}: {s.name} needs Python {s.version_added} (> {PYTHON_ABI})")
+            problems.append(Problem("abi.python", f"{so.name}: {s.name} needs Python "
+                                                  f"{s.version_added} (> {PYTHON_ABI})"))
         else:
-            problems.append(f"{so.name}: {s.name} is not in the Python limited API (abi3)")
+            problems.append(Problem("abi.python", f"{so.name}: {s.name} is not in the Python "
+                                                  "limited API (abi3)"))
     needed, paths = elf_dynamic(so)
-    problems += [f"{so.name}: links {n}, which is neither torch's nor a CUDA library torch ships"
-                 for n in needed if not ALLOWED_NEEDED.match(n)]
-    problems += [f"{so.name}: has RPATH/RUNPATH {p!r} (must not point into the build machine)"
-                 for p in paths]
+    problems += [Problem("abi.needed", f"{so.name}: links {n}, which is neither torch's nor a CUDA "
+                                       "library torch ships") for n in needed if not ALLOWED_NEEDED.match(n)]
+    problems += [Problem("abi.rpath", f"{so.name}: has RPATH/RUNPATH {p!r} (must not point into "
+                                      "the build machine)") for p in paths]
     return problems
 
 
-def metadata_problems(variant: Path, meta: dict) -> list[str]:
+def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
     compiled = not variant.name.startswith("torch-") or variant.name.startswith("torch-stable-abi")
-    problems = [f"metadata.json: missing required key `{k}`" for k in REQUIRED_KEYS if k not in meta]
+    problems = [Problem("metadata.missing-key", f"metadata.json: missing required key `{k}`")
+                for k in REQUIRED_KEYS if k not in meta]
     try:
         from kernels._rust import Metadata
         Metadata.read_from_file(variant / METADATA)
     except ImportError:
         pass
     except Exception as exc:  # the loader's own parser is the judge
-        problems.append(f"metadata.json: rejected by the kernels loader: {exc}")
+        problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
     prov = meta.get("provenance", {})
     for part in ("kernel-builder", "kernel"):
         commit = prov.get(part, {}).get("commit")
         if commit is not None and not HEX_COMMIT.match(commit):
-            problems.append(f"metadata.json: provenance.{part}.commit {commit!r} is not a full hex id")
+            problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
+                                                              f"{commit!r} is not a full hex id"))
     backend = meta.get("backend", {})
     if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
-        problems.append("metadata.json: backend.archs is empty")
+        problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
     return problems
 
 
-def digest_problems(variant: Path, meta: dict) -> list[str]:
+def digest_problems(variant: Path, meta: dict) -> list[Problem]:
     digest = meta.get("digest")
     if not digest:
-        return ["metadata.json: no `digest`"]
+        return [Problem("digest.missing", "metadata.json: no `digest`")]
     if digest.get("algorithm") != "sha256":
-        return [f"metadata.json: unsupported digest algorithm {digest.get('algorithm')!r}"]
+        return [Problem("digest.algorithm", "metadata.json: unsupported digest algorithm "
+                        f"{digest.get('algorithm')!r}")]
     expected, actual = digest.get("files", {}), digest_files(variant)
-    problems = [f"digest: {p} is missing" for p in sorted(expected.keys() - actual.keys())]
-    problems += [f"digest: {p} is not in the digest" for p in sorted(actual.keys() - expected.keys())]
-    problems += [f"digest: {p} has changed since the build" for p in sorted(expected.keys() & actual.keys())
-                 if expected[p] != actual[p]]
+    problems = [Problem("digest.file-missing", f"digest: {p} is missing")
+                for p in sorted(expected.keys() - actual.keys())]
+    problems += [Problem("digest.file-extra", f"digest: {p} is not in the digest")
+                 for p in sorted(actual.keys() - expected.keys())]
+    problems += [Problem("digest.file-changed", f"digest: {p} has changed since the build")
+                 for p in sorted(expected.keys() & actual.keys()) if expected[p] != actual[p]]
     return problems
 
 
-def layout_problems(variant: Path, meta: dict) -> list[str]:
-    problems = []
+def layout_problems(variant: Path, meta: dict) -> list[Problem]:
+    problems: list[Problem] = []
     try:
         parsed = Variant.parse(variant.name)
     except VariantError as e:
-        return [f"layout: folder {variant.name}: {e.reason}"]
+        return [Problem("layout.name", f"layout: folder {variant.name}: {e.reason}")]
     for required in ("__init__.py", "_ops.py"):
         if not (variant / required).is_file():
-            problems.append(f"layout: {required} is missing")
+            problems.append(Problem("layout.missing", f"layout: {required} is missing"))
     junk = [p for p in variant.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
-    problems += [f"layout: {p.relative_to(variant)} must not be shipped" for p in junk]
+    problems += [Problem(BYTECODE, f"layout: {p.relative_to(variant)} must not be shipped")
+                 for p in junk]
     sos = sorted(variant.glob("*.so"))
     kid = meta.get("id", "")
     if parsed.is_noarch:
-        problems += [f"layout: noarch variant contains {s.name}" for s in sos]
+        problems += [Problem("layout.so", f"layout: noarch variant contains {s.name}") for s in sos]
     elif [s.name for s in sos] != [f"{kid}.abi3.so"]:
-        problems.append(f"layout: expected exactly {kid}.abi3.so, found {[s.name for s in sos]}")
+        problems.append(Problem("layout.so", f"layout: expected exactly {kid}.abi3.so, "
+                                            f"found {[s.name for s in sos]}"))
     if meta.get("backend", {}).get("type") != parsed.backend:
-        problems.append(f"layout: folder {variant.name} is a {parsed.backend} variant but metadata "
-                        f"says {meta.get('backend', {}).get('type')!r}")
+        problems.append(Problem("layout.backend", f"layout: folder {variant.name} is a {parsed.backend} "
+                                "variant but metadata says "
+                                f"{meta.get('backend', {}).get('type')!r}"))
     name = meta.get("name", "")
     if kid and not kid.startswith(f"_{name.replace('-', '_')}_"):
-        problems.append(f"metadata.json: id {kid!r} does not start with _{name.replace('-', '_')}_")
+        problems.append(Problem("metadata.id", f"metadata.json: id {kid!r} does not start with "
+                                             f"_{name.replace('-', '_')}_"))
     return problems
 
 
@@ -150,10 +175,10 @@ def check_variant(variant: Path, *, python: str | None = None, load: bool = True
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
-        report.problems.append("metadata.json is missing")
+        report.problems.append(Problem("metadata.missing", "metadata.json is missing"))
         return report
     except ValueError as exc:
-        report.problems.append(f"metadata.json is not valid JSON: {exc}")
+        report.problems.append(Problem("metadata.json", f"metadata.json is not valid JSON: {exc}"))
         return report
     report.problems += metadata_problems(variant, meta)
     report.problems += digest_problems(variant, meta)
@@ -169,7 +194,7 @@ def check_variant(variant: Path, *, python: str | None = None, load: bool = True
             report.notes.append(f"not loadable on this machine: {result['reason']}")
         else:
             report.loaded = False
-            report.problems.append(f"load: {result['reason']}")
+            report.problems.append(Problem("load.failed", f"load: {result['reason']}"))
     return report
 
 

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from ..core.errors import BuildError
+from ..core.layout import Layout
 from .app import app, err, out
 
 
@@ -58,7 +59,6 @@ def build_all(
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
     from ..matrix import buildall
-    from ..matrix import envs as envs_mod
 
     if via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
@@ -96,8 +96,7 @@ def build_all(
             err.print(f"{env}: {text}", highlight=False)
 
     runner = buildall.Runner(project, mx, opts, on_event)
-    if runner.via == "pypi":
-        specs = envs_mod.annotate(specs, runner.envs_dir, runner.installer, torch_index)
+    specs = runner.realiser.annotate(specs)
     for s in specs:
         tasks[s.name] = progress.add_task("", env=s.name, stage="waiting", total=None)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -171,7 +170,7 @@ def envs(
     if create:
         for spec in mx.select(create):
             r = envs_mod.realise(spec, folder, log=lambda m: err.print(f"{spec.name}: {m}"),
-                                 log_dir=project / ".kbuild" / "logs", torch_index=torch_index)
+                                 log_dir=Layout.of(project).logs, torch_index=torch_index)
             out.print(f"{spec.name}: {r.python}" + (f" (CUDA_HOME={r.cuda_home})" if r.cuda_home else ""))
         return
     if probe:

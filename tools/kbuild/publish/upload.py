@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.layout import MANIFEST, METADATA
-from ..build.check import check_variant, variant_dirs
+from ..core.layout import MANIFEST, METADATA, Layout
+from ..build.check import BYTECODE, check_variant, variant_dirs
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
 from ..core.errors import BuildError
@@ -129,7 +129,7 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
     skipped: dict[str, list[str]] = {}
     for d in dirs:
         report = check_variant(d, python=python, load=load)
-        problems = [p for p in report.problems if not _bytecode(p)]
+        problems = [p for p in report.problems if p.code != BYTECODE]
         notes = list(report.notes)  # e.g. "not loadable on this machine" for a CUDA variant
         if problems:
             skipped[d.name] = problems
@@ -149,12 +149,6 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
         warn("the variants were built by a pixi-kernel-builder checkout with uncommitted changes; "
              "`kernels` will warn about a dirty tree when loading them")
     return chosen, skipped
-
-
-def _bytecode(problem: str) -> bool:
-    """`__pycache__`/`.pyc` in a variant: never uploaded, so no reason to skip it."""
-    return (problem.startswith("layout: ") and problem.endswith("must not be shipped")
-            and ("__pycache__" in problem or ".pyc" in problem))
 
 
 def _provenance(meta: dict | None, part: str) -> dict:
@@ -194,12 +188,30 @@ def _check_tag(tag: str, version: int) -> None:
                          hint=f"use v{version}.<minor>.<patch>, or bump general.version")
 
 
-def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None = None,
-           tag: str | None = None, create_pr: bool = False, dry_run: bool = False,
-           allow_dirty: bool = False, private: bool = False, load: bool = True,
-           python: str | None = None, endpoint: str | None = None, token: str | None = None,
-           retries: int = 4, backoff: float = 0.5, log: Log = print, warn: Log = print,
-           output_json: Path | None = None) -> UploadResult:
+@dataclass(frozen=True)
+class UploadOptions:
+    """What `kbuild upload` was asked to do, resolved once."""
+
+    repo_id: str | None = None       # default: build.toml [general.hub] repo-id
+    build_dir: Path | None = None    # default: PROJECT/build
+    tag: str | None = None           # also tag the commit (vX.Y.Z)
+    create_pr: bool = False
+    dry_run: bool = False
+    allow_dirty: bool = False
+    private: bool = False            # when creating the repo
+    load: bool = True                # `check` loads each variant where this machine can
+    python: str | None = None        # interpreter for that load
+    endpoint: str | None = None      # default: HF_ENDPOINT or the Hub
+    token: str | None = None         # default: HF_TOKEN or `hf auth login`
+    retries: int = 4
+    backoff: float = 0.5
+    output_json: Path | None = None
+
+
+def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log = print,
+           warn: Log = print) -> UploadResult:
+    o = options
+    repo_id, build_dir, tag, create_pr, dry_run = o.repo_id, o.build_dir, o.tag, o.create_pr, o.dry_run
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
@@ -214,20 +226,21 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
         if create_pr:
             raise BuildError("--tag cannot be combined with --create-pr",
                              hint="merge the pull request, then tag the merge commit")
-    if not dry_run and not (token or HubClient._token()):
+    if not dry_run and not (o.token or HubClient._token()):
         raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
     branch = general.hub.branch or f"v{general.version}"
-    build_dir = (build_dir or project / "build").resolve()
+    build_dir = Layout.of(project, build_dir).build_dir
 
-    variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=allow_dirty,
-                                        load=load, python=python, log=log, warn=warn)
+    variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=o.allow_dirty,
+                                        load=o.load, python=o.python, log=log, warn=warn)
     to_upload = version_files(project, variants)
     readme, readme_source = card_text(project, manifest, repo_id, variants)
     if len(to_upload) > MAX_OPERATIONS:
         log(f"note: {len(to_upload)} files in one commit (the reference uploader batches by "
             f"{MAX_OPERATIONS}); one commit keeps the upload atomic")
 
-    hub = HubClient(repo_id, endpoint=endpoint, token=token, log=warn, retries=retries, backoff=backoff)
+    hub = HubClient(repo_id, endpoint=o.endpoint, token=o.token, log=warn, retries=o.retries,
+                    backoff=o.backoff)
 
     names = ", ".join(v.name for v in variants)
     message = f"Upload {general.name} version {general.version} ({names})"
@@ -251,13 +264,13 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
                     create_pr, tag)
         result = _result("dry-run", hub, repo_id, branch, sync, variants, skipped,
                          _readme_json(readme_sync, readme_source), tag)
-        _write_json(output_json, result)
+        _write_json(o.output_json, result)
         return result
 
     if not exists:
         hub.call(f"creating {repo_id}", lambda: hub.api.create_repo(
-            repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True))
-        log(f"created kernel repo {repo_id}" + (" (private)" if private else ""))
+            repo_id, repo_type=REPO_TYPE, private=o.private, exist_ok=True))
+        log(f"created kernel repo {repo_id}" + (" (private)" if o.private else ""))
     if not branch_exists:
         hub.call(f"creating branch {branch}", lambda: hub.api.create_branch(
             repo_id, branch=branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True))
@@ -294,7 +307,7 @@ def upload(project: Path, *, repo_id: str | None = None, build_dir: Path | None 
         log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tagged}")
     result = _result(status, hub, repo_id, branch, sync, variants, skipped,
                      _readme_json(readme_sync, readme_source), tagged)
-    _write_json(output_json, result)
+    _write_json(o.output_json, result)
     return result
 
 
