@@ -12,6 +12,9 @@ import pytest
 
 from kbuild_testing import kbuild
 
+from kbuild.build import pipeline
+from kbuild.core.errors import BuildError
+
 GOOD = (Path(__file__).resolve().parents[2] / "build.toml").read_text()
 
 
@@ -70,8 +73,30 @@ def snapshot(build: Path) -> dict[str, bytes]:
     return {p.relative_to(build).as_posix(): p.read_bytes() for p in build.rglob("*") if p.is_file()}
 
 
+def check_message(message: str, words: list[str]) -> None:
+    assert "Traceback" not in message
+    for word in words:
+        assert word in message, f"{word!r} not in {message!r}"
+    assert len(message.strip().splitlines()) <= 6, message  # short
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_manifest(project, case):
+    """In process: the manifest and plan stages raise one BuildError naming file and key."""
+    _, mutate, words = case
+    mutate(project)
+    with pytest.raises(BuildError) as info:
+        pipeline.plans(project, backends=["cpu"])
+    check_message(str(info.value), words)
+    assert not (project / "build").exists() and not (project / ".kbuild" / "staging").exists()
+
+
+CLI_CASES = [c for c in CASES if c[0] in ("malformed-toml", "unknown-kernel-key", "symlink-out")]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_bad_manifest_cli_contract(project, case):
+    """Through the CLI: exit 2, `error:` and a hint on stderr, no traceback, build/ untouched."""
     _, mutate, words = case
     marker = project / "build" / "torch213-cxx11-cpu-x86_64-linux" / "metadata.json"
     marker.parent.mkdir(parents=True)
@@ -79,13 +104,10 @@ def test_bad_manifest(project, case):
     before = snapshot(project / "build")
     mutate(project)
     proc = kbuild("build", project, "--backend", "cpu")
-    assert proc.returncode != 0
-    message = proc.stderr
-    assert "Traceback" not in message and "Traceback" not in proc.stdout
-    for word in words:
-        assert word in message, f"{word!r} not in {message!r}"
-    assert "hint:" in message or "error:" in message
-    assert len(message.strip().splitlines()) <= 6, message  # short
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stdout
+    check_message(proc.stderr, words)
+    assert proc.stderr.startswith("error:") and "hint:" in proc.stderr
     assert snapshot(project / "build") == before
 
 
