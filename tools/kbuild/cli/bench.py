@@ -21,6 +21,7 @@ import typer
 from rich.table import Table
 
 from ..core.errors import BuildError
+from ..core.layout import Layout
 from .app import app, out, warn
 
 
@@ -116,8 +117,8 @@ def bench(
     variant = variant_dir.resolve() if variant_dir else build_variant(project, device)
     if not variant.exists():
         raise BuildError("no such variant folder", file=variant)
-    out = (out_dir or project / ".kbuild" / "bench").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    results = (out_dir or Layout.of(project).bench).resolve()
+    results.mkdir(parents=True, exist_ok=True)
     extra = [*(["--no-compile"] if no_compile else []),
              *([f"--reps={reps}"] if reps else [])]
 
@@ -125,9 +126,9 @@ def bench(
     for script in scripts:
         out.print(f"[bold]== {script.relative_to(project)}[/] ({device}, {variant.name})",
                    highlight=False)
-        before = {p: p.stat().st_mtime_ns for p in out.glob("*.json")}
-        code, seconds = run_script(script, project, variant, out, device, quick, extra)
-        made = [p for p in sorted(out.glob("*.json"))
+        before = {p: p.stat().st_mtime_ns for p in results.glob("*.json")}
+        code, seconds = run_script(script, project, variant, results, device, quick, extra)
+        made = [p for p in sorted(results.glob("*.json"))
                 if before.get(p) != p.stat().st_mtime_ns]
         runs.append((script, code, seconds, made))
 
@@ -150,6 +151,6 @@ def bench(
                    highlight=False)
     if loaded:
         out.print(summary_table(loaded))
-    out.print(f"results in {out}", highlight=False)
+    out.print(f"results in {results}", highlight=False)
     if any(code for _, code, _, _ in runs):
         raise typer.Exit(1)
