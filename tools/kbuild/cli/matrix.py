@@ -1,4 +1,4 @@
-"""CLI commands over the environment matrix: `build-all` and `envs`. Mounted by `register(app)`."""
+"""CLI commands over the environment matrix: `build-all`, `envs`, `lock` and `matrix update`."""
 
 from __future__ import annotations
 
@@ -37,7 +37,11 @@ def _secs(s: float) -> str:
 
 def _load(project: Path, matrix: Path | None):
     from ..matrix import matrix as matrix_mod
-    return matrix_mod.load(matrix or project)
+    mx = matrix_mod.load(matrix or project)
+    if mx.default:
+        err.print(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})",
+                  highlight=False, soft_wrap=True)
+    return mx
 
 
 @app.command("build-all")
@@ -55,6 +59,8 @@ def build_all(
     via: Annotated[str, typer.Option(help="auto (pixi if installed, else PyPI), pixi or pypi.")] = "auto",
     torch_index: TorchIndexOpt = False,
     force: Annotated[bool, typer.Option(help="Rebuild even when nothing changed.")] = False,
+    locked: Annotated[bool, typer.Option(
+        help="Refuse environments without a lock (PyPI path); stale locks are always refused.")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
@@ -70,7 +76,7 @@ def build_all(
     strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
     opts = buildall.Options(jobs=jobs, build_dir=build_dir, envs_dir=envs_dir, via=via,
                             torch_index=torch_index, force=force, compile_jobs=compile_jobs,
-                            strict=strict)
+                            strict=strict, locked=locked)
     progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
                         TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=err,
                         disable=not err.is_terminal)
@@ -205,3 +211,93 @@ def envs(
         out.print("Why not:", highlight=False)
         for name, reason in reasons:
             out.print(f"  {name}: {reason}", highlight=False, soft_wrap=True)
+
+
+@app.command("lock")
+def lock(
+    envs: Annotated[Optional[list[str]], typer.Argument(
+        help="Environments to lock (names or globs); default: every one realisable here from PyPI.",
+        show_default=False)] = None,
+    project: Annotated[Path, typer.Option("--project", "-p", help="Kernel project directory.")] = Path("."),
+    matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only verify: exit 1 when a lock is stale or belongs to no environment.")] = False,
+    upgrade: Annotated[bool, typer.Option(help="Re-resolve locks that are still current.")] = False,
+    platform: Annotated[Optional[str], typer.Option(
+        help="Platform to lock for (linux-64, linux-aarch64); default: this machine's.")] = None,
+    envs_dir: EnvsDirOpt = None,
+    torch_index: TorchIndexOpt = False,
+) -> None:
+    """Lock environments of pixi.toml into PEP 751 files (locks/<platform>/pylock.<env>.toml)."""
+    from ..matrix import envs as envs_mod
+    from ..matrix import lock as lock_mod
+
+    project = project.resolve()
+    mx = _load(project, matrix)
+    platform = platform or lock_mod.host_platform()
+    if check:
+        problems, notes = lock_mod.check(mx, platform)
+        for note in notes:
+            out.print(f"  {note}", highlight=False, soft_wrap=True)
+        for problem in problems:
+            err.print(f"[red]stale:[/] {problem}", highlight=False, soft_wrap=True)
+        out.print(f"{len(problems)} stale lock(s) under {mx.locks / platform}", highlight=False)
+        raise typer.Exit(1 if problems else 0)
+    if mx.default and matrix is None:
+        raise BuildError(f"{project} has no pixi.toml; the default matrix's locks ship with the "
+                         "builder", hint=f"to lock your own, copy {mx.path} to the project as pixi.toml")
+    specs = mx.select(envs) if envs else list(mx.envs)
+    if platform == lock_mod.host_platform():
+        specs = envs_mod.annotate(specs, envs_mod.envs_dir(project, envs_dir), torch_index=torch_index)
+    inst = envs_mod.installer()
+    table = Table("environment", "lock", "status", title=f"locks for {platform} ({mx.locks / platform})")
+    done: dict[str, str] = {}
+    failed = 0
+    for spec in specs:
+        if spec.available is not None and not spec.available.ok:
+            table.add_row(spec.name, "-", f"[yellow]skipped[/]: {spec.available.reason}")
+            failed += bool(envs)
+            continue
+        targets = [lock_mod.toolkit_target(spec, platform),
+                   lock_mod.env_target(spec, platform, torch_index)]
+        for target in filter(None, targets):
+            if target.name in done:
+                continue
+            path = lock_mod.lock_path(mx.locks, platform, target.name)
+            current = path.is_file() and lock_mod.read(path).inputs_hash == target.inputs_hash
+            if current and not upgrade:
+                done[target.name] = "current"
+            else:
+                try:
+                    lock_mod.resolve(target, mx.locks, inst)
+                    done[target.name] = "written"
+                except BuildError as e:
+                    done[target.name] = f"[red]failed[/]: {e.message}"
+                    failed += 1
+            table.add_row(spec.name if target.name == spec.name else f"  {target.name}",
+                          str(path.relative_to(mx.path.parent)), done[target.name])
+    out.print(table)
+    if not envs:
+        problems, _ = lock_mod.check(mx, platform)
+        for problem in problems:
+            if "no environment" in problem:
+                name = problem.split(":")[0]
+                (mx.locks / platform / name).unlink()
+                out.print(f"removed {name} (no environment uses it)", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def env_interpreter(project: Path, name: str) -> str:
+    """`build --env NAME`: the interpreter of environment NAME, realised from PyPI (from its lock
+    when it has one); its toolkit becomes CUDA_HOME for this process."""
+    import os
+
+    from ..matrix import envs as envs_mod
+    project = project.resolve()
+    spec = _load(project, None).get(name)
+    real = envs_mod.realise(spec, envs_mod.envs_dir(project), log=lambda m: err.print(f"{name}: {m}"),
+                            log_dir=Layout.of(project).logs)
+    if real.cuda_home:
+        os.environ["CUDA_HOME"] = str(real.cuda_home)
+    return str(real.python)
