@@ -118,7 +118,10 @@ def availability(spec: EnvSpec, inst: Installer, folder: Path, torch_index: bool
     if compute is None:
         problems.append(f"no {req} wheel on {where} here"
                         + (f" (the {spec.compute} wheels are on {spec.torch_index})"
-                           if spec.torch_index and not torch_index else ""))
+                           if spec.torch_index and not torch_index else "")
+                        + (f"; PyPI's default torch {spec.torch_version} wheel is no substitute: a "
+                           "cpu variant linked against it is not byte-identical (docs/environments.md)"
+                           if spec.cuda is None and not torch_index else ""))
         torch_note = "not found"
     elif compute != spec.compute:
         problems.append(f"{req} resolves to a {compute} build here ({detail}); "

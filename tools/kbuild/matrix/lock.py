@@ -168,7 +168,7 @@ def states(spec: EnvSpec, platform: str | None = None) -> list[LockState]:
 
 
 def check(matrix: Matrix, platform: str | None = None) -> tuple[list[str], list[str]]:
-    """(problems, notes): stale locks and locks of no environment; environments without a lock."""
+    """(problems, unlocked): stale locks and locks of no environment; what has no lock."""
     platform = platform or host_platform()
     problems, notes, wanted = [], [], set()
     for spec in matrix.envs:
@@ -177,7 +177,7 @@ def check(matrix: Matrix, platform: str | None = None) -> tuple[list[str], list[
             if st.state == "stale":
                 problems.append(f"{st.problem}: run `kbuild lock {spec.name}`")
             elif st.state == "missing":
-                notes.append(f"{st.target.name}: not locked (`kbuild lock {spec.name}`)")
+                notes.append(st.target.name)
     folder = matrix.locks / platform
     for path in sorted(folder.glob("pylock.*.toml")) if folder.is_dir() else []:
         if path.name not in wanted:
