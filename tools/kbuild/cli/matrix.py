@@ -350,10 +350,11 @@ def matrix_update(
 
     unknown: list[str] = []
     python = python_minor(mx.envs[0]) if mx.envs else "3.11"
-    inst = installer()
-    found = update_mod.releases(index, python, update_mod.newer_than(mx),
-                                update_mod.uv_resolver(inst, index, python) if inst.uv else None,
-                                unknown=unknown)
+
+    def resolver(version):  # PyPI's default wheel without core metadata: ask uv
+        inst = installer()
+        return update_mod.uv_resolver(inst, index, python)(version) if inst.uv else None
+    found = update_mod.releases(index, python, update_mod.newer_than(mx), resolver, unknown=unknown)
     for version in unknown:
         warn(f"torch {version} on {index}: its wheels carry no flavour label and its CUDA version "
              "could not be read; not added")

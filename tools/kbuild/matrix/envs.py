@@ -220,7 +220,7 @@ def packages(state: locks.LockState | None, requirements: list[str], indexes: li
         return Packages(lock=state.lock)
     if state is not None and state.state == "stale":
         raise BuildError(f"{state.problem}", file=state.path, key="tool.kbuild.inputs",
-                         hint=f"re-lock it: kbuild lock {state.target.name}")
+                         hint=state.fix)
     if locked:
         raise BuildError(f"{state.target.name if state else requirements[0]} is not locked",
                          hint="kbuild lock, or build without --locked")
@@ -331,6 +331,9 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
     log_dir = log_dir or folder / "logs"
     start = time.monotonic()
     tk_state, env_state = lock_states(spec)
+    for state in (tk_state, env_state):  # refused before anything is created
+        if state is not None and state.state == "stale":
+            packages(state, [], [])
     cuda_home, tk_created = None, False
     if spec.cuda:
         cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir, tk_state, locked)

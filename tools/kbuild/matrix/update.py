@@ -94,7 +94,7 @@ def index_files(index: str, timeout: float = 60) -> list[dict]:
         parser.feed(body.decode("utf-8", "replace"))
         files = parser.files
     for f in files:
-        f["url"] = urljoin(page, f["url"])
+        f["url"] = urljoin(page, f["url"]).split("#")[0]
     return files
 
 
