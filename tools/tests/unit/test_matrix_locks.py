@@ -176,3 +176,14 @@ def test_provenance_names_the_environment_and_its_locks(tmp_path):
     assert envs.environment_provenance(str(tmp_path / "torch213-cpu" / "bin" / "python"), None) == {
         "name": "torch213-cpu", "lock": None}  # resolved afresh: no lock to name
     assert envs.environment_provenance("/usr/bin/python3", None) is None
+
+
+def test_locked_refuses_what_has_no_lock(tmp_path):
+    """`build-all --locked`: an environment without a lock is an error, not a fresh resolution."""
+    spec = matrix.load(REPO).get("torch210-cu130")  # not realisable here, so never locked here
+    toolkit, env = envs.lock_states(spec)
+    assert toolkit.state == "current" and env.state == "missing"
+    with pytest.raises(BuildError, match="torch210-cu130 is not locked"):
+        envs.packages(env, ["torch===2.10.0"], [], locked=True)
+    assert envs.packages(env, ["torch===2.10.0"], []).requirements == ("torch===2.10.0",)
+    assert envs.packages(toolkit, [], [], locked=True).lock.name == "toolkit-cu130"
