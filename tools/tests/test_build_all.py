@@ -32,6 +32,7 @@ ENVS_DIR = REPO / ".kbuild" / "envs"
 def project_copy(root: Path) -> Path:
     project = copy_project(root)
     shutil.copy2(REPO / "pixi.toml", project / "pixi.toml")
+    shutil.copytree(REPO / "locks", project / "locks")  # the locks belong to the pixi.toml
     return project
 
 
