@@ -187,3 +187,18 @@ def test_locked_refuses_what_has_no_lock(tmp_path):
         envs.packages(env, ["torch===2.10.0"], [], locked=True)
     assert envs.packages(env, ["torch===2.10.0"], []).requirements == ("torch===2.10.0",)
     assert envs.packages(toolkit, [], [], locked=True).lock.name == "toolkit-cu130"
+
+
+def test_envs_and_lock_on_a_project_without_pixi_toml(tmp_path):
+    runner = CliRunner()
+    listed = runner.invoke(app, ["envs", str(tmp_path), "--json", "--no-probe"])
+    assert listed.exit_code == 0, listed.output
+    assert "has no pixi.toml: using the builder's default matrix" in listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["name"] for r in rows] == [e.name for e in matrix.load(REPO).envs]
+    assert next(r for r in rows if r["name"] == "torch214-cu130")["locks"] == {
+        "toolkit-cu130": "current", "torch214-cu130": "current"}
+    refused = runner.invoke(app, ["lock", "--project", str(tmp_path)])
+    assert refused.exit_code == 1 and isinstance(refused.exception, BuildError)
+    assert "locks ship with the builder" in str(refused.exception)
+    assert not (tmp_path / "locks").exists()
