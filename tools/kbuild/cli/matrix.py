@@ -295,13 +295,8 @@ def lock(
             table.add_row(spec.name if target.name == spec.name else f"  {target.name}",
                           str(path.relative_to(mx.path.parent)), done[target.name])
     out.print(table)
-    if not envs:
-        problems, _ = lock_mod.check(mx, platform)
-        for problem in problems:
-            if "no environment" in problem:
-                name = problem.split(":")[0]
-                (mx.locks / platform / name).unlink()
-                out.print(f"removed {name} (no environment uses it)", highlight=False)
+    for problem in lock_mod.check(mx, platform)[0]:
+        warn(problem)
     if failed:
         raise typer.Exit(1)
 

@@ -127,7 +127,8 @@ def read(path: Path) -> Lock:
                          hint="re-lock it with `kbuild lock`")
     return Lock(path=path, name=meta.get("environment", ""), inputs_hash=meta["inputs"],
                 torch_index=bool(meta.get("torch-index")), indexes=tuple(meta.get("indexes", [])),
-                platform=meta.get("platform", ""), python=meta.get("python", ""), sha256="sha256:" + hashlib.sha256(data).hexdigest(),
+                platform=meta.get("platform", ""), python=meta.get("python", ""),
+                sha256="sha256:" + hashlib.sha256(data).hexdigest(),
                 packages=tuple(doc.get("packages", [])))
 
 

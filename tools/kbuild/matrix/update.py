@@ -264,9 +264,14 @@ def plan(mx: Matrix, found: dict[Version, Release]) -> Changes:
     feature_names = set(mx.raw.get("feature", {}))
     pt_blocks = [b for b in blocks if re.match(r"^\[feature\.pt\d+-\w+\.pypi-dependencies\]", _header(b))]
     cuda_blocks = [b for b in blocks if re.match(r"^\[feature\.cuda\d+[.\]]", _header(b))]
-    if new_minors and (not pt_blocks):
-        raise BuildError("no `ptXY-<compute>` torch feature to follow", file=mx.path, key="feature")
-    index_line = next(ln for ln in pt_blocks[-1] if ln.lstrip().startswith("torch"))
+    if not new_minors:
+        changes.text = "".join(line for block in blocks for line in block)
+        _validate(changes.text, mx.path)
+        return changes
+    if not pt_blocks or not cuda_blocks:
+        raise BuildError("no `ptXY-<compute>` torch feature or `cudaXYZ` toolkit feature to copy",
+                         file=mx.path, key="feature")
+    index_line = next((ln for ln in pt_blocks[-1] if ln.lstrip().startswith("torch")), "")
     index_base = re.search(r'index\s*=\s*"([^"]*)/[^/"]+"', index_line)
     env_lines = _environment_lines(text)
     template = {("cpu" if "-cpu " in ln else "cuda"): ln for ln in env_lines}
