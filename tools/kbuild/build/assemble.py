@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import __version__
 from ..core.gitinfo import git_state
 from ..core.layout import METADATA
+from ..matrix.envs import environment_provenance
 from .plan import VariantPlan
 
 DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
@@ -37,6 +38,10 @@ def provenance(plan: VariantPlan) -> dict:
     result: dict = {"kernel-builder": builder}
     if plan.git:
         result["kernel"] = {"commit": plan.git.commit, "dirty": plan.git.dirty}
+    env = environment_provenance(plan.torch.python if plan.torch else None,
+                                 plan.cuda.root if plan.cuda else None)
+    if env:  # a matrix environment: its name and the hashes of the locks it was realised from
+        result["environment"] = env
     return result
 
 

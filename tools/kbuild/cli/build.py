@@ -17,6 +17,8 @@ BackendOpt = Annotated[Optional[list[str]], typer.Option(
 PythonOpt = Annotated[Optional[str], typer.Option(
     help="Interpreter whose torch to build against; default: this one.")]
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
+EnvOpt = Annotated[Optional[str], typer.Option(
+    "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
 
 
 @app.command()
@@ -31,10 +33,15 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
-          build_dir: BuildDirOpt = None,
+          build_dir: BuildDirOpt = None, env: EnvOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
-    """Compile for the torch of PYTHON and assemble build/<variant>/."""
+    """Compile for the torch of PYTHON (or of --env) and assemble build/<variant>/."""
     from ..build import pipeline
+    if env:
+        if python:
+            raise BuildError("--env and --python exclude each other")
+        from .matrix import env_interpreter
+        python = env_interpreter(project, env)
     for r in pipeline.build(project, backends=backend, python=python, build_dir=build_dir,
                             jobs=jobs, warn=warn):
         state = "built" if r.changed else "up to date"

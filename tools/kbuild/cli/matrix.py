@@ -1,4 +1,4 @@
-"""CLI commands over the environment matrix: `build-all` and `envs`. Mounted by `register(app)`."""
+"""CLI commands over the environment matrix: `build-all`, `envs`, `lock` and `matrix update`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
-from .app import app, err, out
+from .app import app, err, out, warn
 
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -37,7 +37,11 @@ def _secs(s: float) -> str:
 
 def _load(project: Path, matrix: Path | None):
     from ..matrix import matrix as matrix_mod
-    return matrix_mod.load(matrix or project)
+    mx = matrix_mod.load(matrix or project)
+    if mx.default:
+        err.print(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})",
+                  highlight=False, soft_wrap=True)
+    return mx
 
 
 @app.command("build-all")
@@ -55,6 +59,8 @@ def build_all(
     via: Annotated[str, typer.Option(help="auto (pixi if installed, else PyPI), pixi or pypi.")] = "auto",
     torch_index: TorchIndexOpt = False,
     force: Annotated[bool, typer.Option(help="Rebuild even when nothing changed.")] = False,
+    locked: Annotated[bool, typer.Option(
+        help="Refuse environments without a lock (PyPI path); stale locks are always refused.")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
@@ -70,7 +76,7 @@ def build_all(
     strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
     opts = buildall.Options(jobs=jobs, build_dir=build_dir, envs_dir=envs_dir, via=via,
                             torch_index=torch_index, force=force, compile_jobs=compile_jobs,
-                            strict=strict)
+                            strict=strict, locked=locked)
     progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
                         TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=err,
                         disable=not err.is_terminal)
@@ -162,6 +168,7 @@ def envs(
     from dataclasses import asdict
 
     from ..matrix import envs as envs_mod
+    from ..matrix.lock import states as lock_states
 
     project = project.resolve()
     mx = _load(project, matrix)
@@ -181,16 +188,18 @@ def envs(
             row = asdict(s)
             row.update(variant=s.variant(), compute=s.compute, backend=s.backend,
                        variants={p: s.variant(p) for p in s.platforms},
-                       cached=envs_mod.read_stamp(folder / s.name) is not None)
+                       cached=envs_mod.read_stamp(folder / s.name) is not None,
+                       locks={st.target.name: st.state for st in lock_states(s)})
             rows.append(row)
         typer.echo(json.dumps(rows, indent=1))
         return
-    table = Table("environment", "variant", "platforms", "torch wheel", "toolkit", "here",
+    table = Table("environment", "variant", "platforms", "torch wheel", "toolkit", "lock", "here",
                   title=f"{mx.path} ({len(specs)} environments; realisable here from PyPI?)")
     reasons = []
     for s in specs:
         a = s.available
         cached = envs_mod.read_stamp(folder / s.name) is not None
+        lock = _lock_note(s)
         if a is None:
             here, torch_note, tk_note = "-", s.torch_version, s.cuda or "-"
         else:
@@ -199,9 +208,164 @@ def envs(
             if not a.ok:
                 reasons.append((s.name, a.reason))
         table.add_row(s.name, s.variant(), ",".join(p.removeprefix("linux-") for p in s.platforms),
-                      torch_note, tk_note, here)
+                      torch_note, tk_note, lock, here)
     out.print(table)
     if reasons:
         out.print("Why not:", highlight=False)
         for name, reason in reasons:
             out.print(f"  {name}: {reason}", highlight=False, soft_wrap=True)
+
+
+def _lock_note(spec) -> str:
+    """The environment's lock (and its toolkit's) on this platform: current, stale or none."""
+    from ..matrix.lock import states as lock_states
+    states = {st.target.name == spec.name: st.state for st in lock_states(spec)}
+    env, toolkit = states.get(True, "missing"), states.get(False)
+    if "stale" in (env, toolkit):
+        return "[red]stale[/]" + ("" if env == "stale" else " (toolkit)")
+    return "-" if env == "missing" else "yes" if toolkit in (None, "current") else "yes (toolkit: none)"
+
+
+@app.command("lock")
+def lock(
+    envs: Annotated[Optional[list[str]], typer.Argument(
+        help="Environments to lock (names or globs); default: every one realisable here from PyPI.",
+        show_default=False)] = None,
+    project: Annotated[Path, typer.Option("--project", "-p", help="Kernel project directory.")] = Path("."),
+    matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only verify: exit 1 when a lock is stale or belongs to no environment.")] = False,
+    upgrade: Annotated[bool, typer.Option(help="Re-resolve locks that are still current.")] = False,
+    platform: Annotated[Optional[str], typer.Option(
+        help="Platform to lock for (linux-64, linux-aarch64); default: this machine's.")] = None,
+    envs_dir: EnvsDirOpt = None,
+    torch_index: TorchIndexOpt = False,
+) -> None:
+    """Lock environments of pixi.toml into PEP 751 files (locks/<platform>/pylock.<env>.toml)."""
+    from ..matrix import envs as envs_mod
+    from ..matrix import lock as lock_mod
+
+    project = project.resolve()
+    mx = _load(project, matrix)
+    platform = platform or lock_mod.host_platform()
+    if check:
+        problems, unlocked = lock_mod.check(mx, platform)
+        if unlocked:
+            out.print(f"not locked (resolved afresh when built): {', '.join(unlocked)}",
+                      highlight=False, soft_wrap=True)
+        for problem in problems:
+            err.print(f"[red]stale:[/] {problem}", highlight=False, soft_wrap=True)
+        out.print(f"{len(problems)} stale lock(s) under {mx.locks / platform}", highlight=False)
+        raise typer.Exit(1 if problems else 0)
+    if mx.default and matrix is None:
+        raise BuildError(f"{project} has no pixi.toml; the default matrix's locks ship with the "
+                         "builder", hint=f"to lock your own, copy {mx.path} to the project as pixi.toml")
+    specs = mx.select(envs) if envs else list(mx.envs)
+    if platform == lock_mod.host_platform():
+        specs = envs_mod.annotate(specs, envs_mod.envs_dir(project, envs_dir), torch_index=torch_index)
+    inst = envs_mod.installer()
+    table = Table("environment", "lock", "status", title=f"locks for {platform} ({mx.locks / platform})")
+    done: dict[str, str] = {}
+    failed = 0
+    for spec in specs:
+        existing = {st.target.name: st for st in lock_mod.states(spec, platform)}
+        if spec.available is not None and not spec.available.ok and not (
+                existing.get(spec.name) and existing[spec.name].state == "current" and not upgrade):
+            table.add_row(spec.name, "-", f"[yellow]skipped[/]: {spec.available.reason}")
+            failed += bool(envs)
+            continue
+        index = torch_index or (spec.name in existing and existing[spec.name].lock is not None
+                                and existing[spec.name].lock.torch_index)
+        targets = [lock_mod.toolkit_target(spec, platform),
+                   lock_mod.env_target(spec, platform, index)]
+        for target in filter(None, targets):
+            if target.name in done:
+                continue
+            path = lock_mod.lock_path(mx.locks, platform, target.name)
+            state = existing.get(target.name)
+            if state is not None and state.state == "current" and not upgrade:
+                done[target.name] = "current"
+            else:
+                try:
+                    lock_mod.resolve(target, mx.locks, inst)
+                    done[target.name] = "written"
+                except BuildError as e:
+                    done[target.name] = f"[red]failed[/]: {e.message}"
+                    failed += 1
+            table.add_row(spec.name if target.name == spec.name else f"  {target.name}",
+                          str(path.relative_to(mx.path.parent)), done[target.name])
+    out.print(table)
+    for problem in lock_mod.check(mx, platform)[0]:
+        warn(problem)
+    if failed:
+        raise typer.Exit(1)
+
+
+def env_interpreter(project: Path, name: str) -> str:
+    """`build --env NAME`: the interpreter of environment NAME, realised from PyPI (from its lock
+    when it has one); its toolkit becomes CUDA_HOME for this process."""
+    import os
+
+    from ..matrix import envs as envs_mod
+    project = project.resolve()
+    spec = _load(project, None).get(name)
+    real = envs_mod.realise(spec, envs_mod.envs_dir(project), log=lambda m: err.print(f"{name}: {m}"),
+                            log_dir=Layout.of(project).logs)
+    if real.cuda_home:
+        os.environ["CUDA_HOME"] = str(real.cuda_home)
+    return str(real.python)
+
+
+matrix_app = typer.Typer(no_args_is_help=True, help="Maintain the environment matrix (pixi.toml).")
+app.add_typer(matrix_app, name="matrix")
+
+
+@matrix_app.command("update")
+def matrix_update(
+    project: ProjectArg = Path("."),
+    matrix: MatrixOpt = None,
+    index: Annotated[Optional[str], typer.Option(
+        help="Simple-API index to read torch releases from; default: [tool.kbuild.update] index "
+             "in pixi.toml, else pip's configured index (PyPI).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the diff; change nothing.")] = False,
+) -> None:
+    """Add torch releases newer than the matrix (and newer patch releases' pins) to pixi.toml."""
+    from ..matrix import update as update_mod
+    from ..matrix.installer import pip_config
+    from ..matrix.lock import python_minor
+
+    project = project.resolve()
+    mx = _load(project, matrix)
+    if mx.default and matrix is None:
+        raise BuildError(f"{project} has no pixi.toml to update",
+                         hint=f"copy {mx.path} to the project as pixi.toml, or pass --matrix")
+    index = (index or mx.raw.get("tool", {}).get("kbuild", {}).get("update", {}).get("index")
+             or (pip_config().get("index-url") or ["https://pypi.org/simple"])[0])
+    from ..matrix.envs import installer
+
+    unknown: list[str] = []
+    python = python_minor(mx.envs[0]) if mx.envs else "3.11"
+
+    def resolver(version):  # PyPI's default wheel without core metadata: ask uv
+        inst = installer()
+        return update_mod.uv_resolver(inst, index, python)(version) if inst.uv else None
+    found = update_mod.releases(index, python, update_mod.newer_than(mx), resolver, unknown=unknown)
+    for version in unknown:
+        warn(f"torch {version} on {index}: its wheels carry no flavour label and its CUDA version "
+             "could not be read; not added")
+    changes = update_mod.plan(mx, found)
+    old = mx.path.read_text(encoding="utf-8")
+    if changes.text == old:
+        out.print(f"{mx.path.name}: no torch release on {index} is newer than the matrix"
+                  + (" (but see the warnings)" if unknown else ""), highlight=False)
+        raise typer.Exit(1 if unknown else 0)
+    if dry_run:
+        typer.echo(changes.diff(old, mx.path.name), nl=False)
+    else:
+        mx.path.write_text(changes.text, encoding="utf-8")
+    for name in changes.added:
+        out.print(f"added {name}", highlight=False)
+    for bump in changes.bumped:
+        out.print(f"pinned {bump}", highlight=False)
+    if not dry_run:
+        out.print("next: `kbuild lock` (PyPI path) and `pixi lock` (pixi)", highlight=False)

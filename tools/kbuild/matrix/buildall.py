@@ -1,6 +1,6 @@
 """`build-all`: every selected environment's variant, in parallel, each in its own process.
 
-Per environment: realise it (pixi, or a cached PyPI venv from envs.py), skip it when its inputs
+Per environment: realise it (pixi, or a cached PyPI venv from envs.py, from its lock), skip it when its inputs
 (sources, manifest, builder, environment pins) match the last successful build and the variant in
 build/ is intact, else run `kbuild build` for its interpreter in a new process group, logging to
 .kbuild/logs/<env>.log. `pipeline.build_plan` moves each variant into build/ atomically, so an
@@ -63,6 +63,7 @@ class Options:
     force: bool = False
     compile_jobs: int | None = None
     strict: list[str] = field(default_factory=list)  # names asked for explicitly
+    locked: bool = False        # PyPI path: every environment from its lock
 
 
 Event = Callable[[str, str, dict], None]  # (env, stage, fields)
@@ -124,7 +125,8 @@ class Runner:
         self.envs_dir = opts.envs_dir.resolve() if opts.envs_dir else self.layout.envs
         self.log_dir = self.layout.logs
         self.realiser = realise.realiser(opts.via, matrix, envs_dir=self.envs_dir,
-                                         log_dir=self.log_dir, torch_index=opts.torch_index)
+                                         log_dir=self.log_dir, torch_index=opts.torch_index,
+                                         locked=opts.locked)
         self.via = self.realiser.via
         self.event = on_event
         self.stop = threading.Event()

@@ -6,8 +6,9 @@ Layout under the envs folder (default `<project>/.kbuild/envs`, or $KBUILD_ENVS_
                      compile command lines of torch-free kernels are identical across torch versions
   _tools/            sccache, when the builder's own environment lacks it
 Each holds a stamp (`kbuild-env.json`) written last; a folder whose stamp is missing or whose pins
-changed is rebuilt. uv is used when installed (it is told pip's configured indexes, find-links and
-constraints, so it sees the same wheels as `pip`), else `python -m venv` + pip.
+changed is rebuilt. An environment (and a toolkit) with a current lock in pixi.toml's locks/ is
+installed from it exactly (lock.py; the stamp records the lock's hash); without one, its
+requirements are resolved afresh. Packages come from uv or pip (installer.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ import dataclasses
 import fcntl
 import hashlib
 import json
-import os
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,9 +30,11 @@ from typing import Callable, Iterator
 from packaging.version import Version
 
 from ..core.errors import BuildError
-from ..core.runner import capture, run_logged
+from ..core.runner import capture
 from ..core.layout import Layout
 from ..build.toolchain import find_toolkit, nvcc_version
+from . import lock as locks
+from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec
 
 STAMP = "kbuild-env.json"
@@ -47,141 +47,6 @@ def envs_dir(project: Path, override: Path | None = None) -> Path:
     if override:
         return override.resolve()
     return Layout.of(project).envs
-
-
-def venv_python(path: Path) -> Path:
-    return path / "bin" / "python"
-
-
-def base_python() -> str:
-    """The interpreter new environments are created from: the one running kbuild, outside any venv."""
-    return getattr(sys, "_base_executable", None) or sys.executable
-
-
-# --- installers -------------------------------------------------------------------------------
-
-def pip_config() -> dict[str, list[str]]:
-    """pip's effective list options (find-links, indexes, constraints, cert) from `pip config list`."""
-    try:
-        out = capture([sys.executable, "-m", "pip", "config", "list"], timeout=60).stdout
-    except subprocess.TimeoutExpired:
-        return {}
-    merged: dict[str, dict[str, list[str]]] = {}
-    for line in out.splitlines():
-        m = re.match(r"^([^.=]*)\.([\w-]+)='(.*)'$", line.strip())
-        if not m:
-            continue
-        scope, key, value = m.groups()
-        merged.setdefault(key, {})[scope] = value.split()
-    result: dict[str, list[str]] = {}
-    for key, scopes in merged.items():
-        if key == "index-url":  # one value: the environment wins over files
-            result[key] = scopes.get(":env:") or next(iter(scopes.values()))
-        else:
-            values: list[str] = []
-            for vals in scopes.values():
-                values += [v for v in vals if v not in values]
-            result[key] = values
-    return result
-
-
-@dataclass
-class Installer:
-    kind: str                          # "uv" or "pip"
-    uv: str | None = None
-    config: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-
-    def _uv_args(self, extra_indexes: list[str]) -> list[str]:
-        args = ["--index-strategy", "unsafe-best-match"]
-        for url in extra_indexes + self.config.get("extra-index-url", []):
-            args += ["--extra-index-url", url]
-        if self.config.get("index-url"):
-            args += ["--index-url", self.config["index-url"][0]]
-        for link in self.config.get("find-links", []):
-            args += ["--find-links", link]
-        for c in self.config.get("constraint", []):
-            args += ["--constraint", c]
-        return args
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.kind == "uv" and self.config.get("cert") and "SSL_CERT_FILE" not in env:
-            env["SSL_CERT_FILE"] = self.config["cert"][0]
-        return env
-
-    def create(self, path: Path, log_file: Path) -> None:
-        if self.kind == "uv":
-            cmd = [self.uv, "venv", "--quiet", "--python", base_python(), str(path)]
-        else:
-            cmd = [base_python(), "-m", "venv", str(path)]
-        run(cmd, log_file, "creating the environment", env=self._env())
-
-    def install(self, path: Path, requirements: list[str], log_file: Path,
-                extra_indexes: list[str] = ()) -> None:
-        if self.kind == "uv":
-            cmd = [self.uv, "pip", "install", "--python", str(venv_python(path)),
-                   *self._uv_args(list(extra_indexes)), *requirements]
-        else:
-            cmd = [str(venv_python(path)), "-m", "pip", "install", "--no-input",
-                   "--disable-pip-version-check"]
-            for url in extra_indexes:
-                cmd += ["--extra-index-url", url]
-            cmd += requirements
-        run(cmd, log_file, "installing " + " ".join(requirements), env=self._env())
-
-    def resolve(self, requirement: str, extra_indexes: list[str] = ()) -> dict[str, str]:
-        """{name: version} of everything `requirement` resolves to here (metadata only)."""
-        if self.kind == "uv":
-            cmd = [self.uv, "pip", "compile", "-", "--quiet", "--no-header", "--no-annotate",
-                   "--python", sys.executable, *self._uv_args(list(extra_indexes))]
-            proc = capture(cmd, input=requirement + "\n", env=self._env(), timeout=300)
-            if proc.returncode != 0:
-                raise BuildError(_last_error(proc.stderr))
-            pins = {}
-            for line in proc.stdout.splitlines():
-                if "==" in line and not line.startswith("#"):
-                    name, _, version = line.strip().partition("==")
-                    pins[name.split("[")[0].lower()] = version.split(";")[0].strip()
-            return pins
-        with tempfile.TemporaryDirectory() as tmp:
-            report = Path(tmp) / "report.json"
-            cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-                   "--quiet", "--disable-pip-version-check", "--report", str(report)]
-            for url in extra_indexes:
-                cmd += ["--extra-index-url", url]
-            proc = capture(cmd + [requirement], timeout=600)
-            if proc.returncode != 0:
-                raise BuildError(_last_error(proc.stderr))
-            data = json.loads(report.read_text())
-        return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in data["install"]}
-
-
-def _last_error(stderr: str) -> str:
-    lines = [ln.strip() for ln in stderr.splitlines()
-             if ln.strip() and "is ignored: it is neither a file nor a directory" not in ln]
-    errors = [ln for ln in lines if "error" in ln.lower() or "no solution" in ln.lower()
-              or "not find" in ln.lower() or "unsatisfiable" in ln.lower()]
-    return " ".join((errors or lines)[-3:])[:400] or "resolution failed"
-
-
-def installer(kind: str = "auto") -> Installer:
-    """uv when available (`pip install uv`), else pip; KBUILD_INSTALLER=pip|uv overrides."""
-    kind = os.environ.get("KBUILD_INSTALLER", kind)
-    uv = None
-    if kind in ("auto", "uv"):
-        try:
-            import uv as uv_mod
-            uv = uv_mod.find_uv_bin()
-        except (ImportError, FileNotFoundError):
-            uv = shutil.which("uv")
-        if not uv and kind == "uv":
-            raise BuildError("uv not found", hint="pip install uv, or use KBUILD_INSTALLER=pip")
-    return Installer("uv" if uv else "pip", uv, pip_config())
-
-
-def run(cmd: list[str], log_file: Path, what: str, env: dict | None = None) -> None:
-    run_logged(cmd, log_file, what, env=env, tail=15,
-               hint="check the log; a wheel may be missing for this machine")
 
 
 # --- availability -----------------------------------------------------------------------------
@@ -253,7 +118,10 @@ def availability(spec: EnvSpec, inst: Installer, folder: Path, torch_index: bool
     if compute is None:
         problems.append(f"no {req} wheel on {where} here"
                         + (f" (the {spec.compute} wheels are on {spec.torch_index})"
-                           if spec.torch_index and not torch_index else ""))
+                           if spec.torch_index and not torch_index else "")
+                        + (f"; PyPI's default torch {spec.torch_version} wheel is no substitute: a "
+                           "cpu variant linked against it is not byte-identical (docs/environments.md)"
+                           if spec.cuda is None and not torch_index else ""))
         torch_note = "not found"
     elif compute != spec.compute:
         problems.append(f"{req} resolves to a {compute} build here ({detail}); "
@@ -312,6 +180,53 @@ def _stamp_key(requirements: list[str], indexes: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Packages:
+    """What a venv holds: requirements resolved afresh, or a lock installed exactly."""
+    requirements: tuple[str, ...] = ()
+    indexes: tuple[str, ...] = ()
+    lock: locks.Lock | None = None
+
+    @property
+    def key(self) -> str:
+        if self.lock is None:
+            return _stamp_key(list(self.requirements), list(self.indexes))
+        return "lock-" + self.lock.sha256.removeprefix("sha256:")[:16] + "-py" + _python_version()
+
+    def describe(self) -> str:
+        return f"{self.lock.path.name} (hash-checked)" if self.lock else ", ".join(self.requirements)
+
+    def stamp(self) -> dict:
+        if self.lock is None:
+            return {"requirements": list(self.requirements), "indexes": list(self.indexes)}
+        return {"lock": {"file": self.lock.path.name, "sha256": self.lock.sha256}}
+
+    def install(self, inst: Installer, path: Path, log_file: Path) -> None:
+        if self.lock is None:
+            inst.install(path, list(self.requirements), log_file, list(self.indexes))
+            return
+        if self.lock.python and self.lock.python != _python_version():
+            raise BuildError(f"{self.lock.path.name} is locked for Python {self.lock.python}, kbuild "
+                             f"runs on {_python_version()}", file=self.lock.path,
+                             key="tool.kbuild.python", hint=f"run kbuild with Python {self.lock.python}")
+        inst.install_locked(path, self.lock, log_file)
+
+
+def packages(state: locks.LockState | None, requirements: list[str], indexes: list[str],
+             locked: bool = False) -> Packages:
+    """A current lock's packages; a stale lock is an error; without a lock, the requirements
+    (or an error, when `locked`)."""
+    if state is not None and state.state == "current":
+        return Packages(lock=state.lock)
+    if state is not None and state.state == "stale":
+        raise BuildError(f"{state.problem}", file=state.path, key="tool.kbuild.inputs",
+                         hint=state.fix)
+    if locked:
+        raise BuildError(f"{state.target.name if state else requirements[0]} is not locked",
+                         hint="kbuild lock, or build without --locked")
+    return Packages(tuple(requirements), tuple(indexes))
+
+
 def read_stamp(path: Path) -> dict | None:
     try:
         return json.loads((path / STAMP).read_text())
@@ -319,11 +234,11 @@ def read_stamp(path: Path) -> dict | None:
         return None
 
 
-def _ensure_venv(path: Path, requirements: list[str], inst: Installer, log: Log, log_file: Path,
-                 indexes: list[str] = (), extra: dict | None = None,
+def _ensure_venv(path: Path, pkgs: Packages, inst: Installer, log: Log, log_file: Path,
+                 extra: dict | None = None,
                  verify: Callable[[Path], dict] | None = None) -> tuple[bool, float]:
-    """Creates (or reuses) the venv at `path` holding `requirements`; returns (created, seconds)."""
-    key = _stamp_key(requirements, list(indexes))
+    """Creates (or reuses) the venv at `path` holding `pkgs`; returns (created, seconds)."""
+    key = pkgs.key
     with _locked(path.with_name(path.name + ".lock")):
         stamp = read_stamp(path)
         if stamp and stamp.get("key") == key and venv_python(path).exists():
@@ -336,14 +251,13 @@ def _ensure_venv(path: Path, requirements: list[str], inst: Installer, log: Log,
         log_file.parent.mkdir(parents=True, exist_ok=True)
         log_file.write_text("")
         inst.create(path, log_file)
-        log(f"installing {', '.join(requirements)}")
-        inst.install(path, requirements, log_file, list(indexes))
+        log(f"installing {pkgs.describe()}")
+        pkgs.install(inst, path, log_file)
         info = verify(path) if verify else {}
         seconds = time.monotonic() - start
         (path / STAMP).write_text(json.dumps({
-            "key": key, "requirements": requirements, "indexes": list(indexes),
-            "installer": inst.kind, "python": _python_version(), "seconds": round(seconds, 1),
-            **(extra or {}), **info}, indent=1) + "\n")
+            "key": key, **pkgs.stamp(), "installer": inst.kind, "python": _python_version(),
+            "seconds": round(seconds, 1), **(extra or {}), **info}, indent=1) + "\n")
         return True, seconds
 
 
@@ -371,8 +285,10 @@ def _fix_layout(root: Path) -> None:
         break
 
 
-def toolkit(spec: EnvSpec, folder: Path, inst: Installer, log: Log, log_dir: Path) -> tuple[Path, bool, float]:
-    """CUDA_HOME for `spec`'s toolkit: the shared wheel toolkit of its major.minor, or a local one."""
+def toolkit(spec: EnvSpec, folder: Path, inst: Installer, log: Log, log_dir: Path,
+            state: locks.LockState | None = None, locked: bool = False) -> tuple[Path, bool, float]:
+    """CUDA_HOME for `spec`'s toolkit: the shared wheel toolkit of its major.minor (from its lock
+    when there is one), or a local one."""
     assert spec.cuda
     if not spec.toolkit_wheels:
         local = local_toolkit(spec.cuda)
@@ -393,24 +309,36 @@ def toolkit(spec: EnvSpec, folder: Path, inst: Installer, log: Log, log_dir: Pat
             raise BuildError(f"{root}/bin/nvcc is not CUDA {spec.cuda}")
         return {"cuda_home": str(root.relative_to(p))}
 
-    created, seconds = _ensure_venv(path, list(spec.toolkit_wheels), inst, log,
-                                    log_dir / f"toolkit-{spec.compute}.log", verify=verify,
-                                    extra={"cuda": spec.cuda})
+    pkgs = packages(state, list(spec.toolkit_wheels), [], locked)
+    created, seconds = _ensure_venv(path, pkgs, inst, log, log_dir / f"toolkit-{spec.compute}.log",
+                                    verify=verify, extra={"cuda": spec.cuda})
     stamp = read_stamp(path) or {}
     return path / stamp.get("cuda_home", ""), created, seconds
 
 
+def lock_states(spec: EnvSpec) -> tuple[locks.LockState | None, locks.LockState | None]:
+    """(toolkit, environment) lock states of `spec` on this machine's platform."""
+    by_name = {s.target.name: s for s in locks.states(spec)}
+    return by_name.get(f"toolkit-{spec.compute}"), by_name.get(spec.name)
+
+
 def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: Log = lambda _: None,
-            log_dir: Path | None = None, torch_index: bool = False) -> Realised:
-    """The environment of `spec`, created or reused; raises BuildError when it can't be realised."""
+            log_dir: Path | None = None, torch_index: bool = False, locked: bool = False) -> Realised:
+    """The environment of `spec`, created or reused: from its locks when pixi.toml has them (a stale
+    lock is an error), else resolved afresh (an error when `locked`). Raises BuildError when it
+    can't be realised."""
     inst = inst or installer()
     log_dir = log_dir or folder / "logs"
     start = time.monotonic()
+    tk_state, env_state = lock_states(spec)
+    for state in (tk_state, env_state):  # refused before anything is created
+        if state is not None and state.state == "stale":
+            packages(state, [], [])
     cuda_home, tk_created = None, False
     if spec.cuda:
-        cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir)
+        cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir, tk_state, locked)
     req, indexes = torch_source(spec, torch_index)
-    requirements = [req, *spec.pypi_extra]
+    pkgs = packages(env_state, [req, *spec.pypi_extra], indexes, locked)
 
     def verify(p: Path) -> dict:
         code = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
@@ -428,8 +356,8 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
                              "see `kbuild envs --list`")
         return info
 
-    created, seconds = _ensure_venv(folder / spec.name, requirements, inst, log,
-                                    log_dir / f"env-{spec.name}.log", indexes, verify=verify,
+    created, seconds = _ensure_venv(folder / spec.name, pkgs, inst, log,
+                                    log_dir / f"env-{spec.name}.log", verify=verify,
                                     extra={"env": spec.name, "cuda": spec.cuda})
     return Realised(spec=spec, python=venv_python(folder / spec.name), cuda_home=cuda_home,
                     created=created or tk_created, seconds=time.monotonic() - start if
@@ -454,10 +382,26 @@ def sccache(folder: Path, inst: Installer | None = None, log: Log = lambda _: No
         return Path(shutil.which("sccache"))
     tools = folder / "_tools"
     try:
-        _ensure_venv(tools, ["sccache"], inst or installer(), log, folder / "logs" / "tools.log")
+        _ensure_venv(tools, Packages(("sccache",)), inst or installer(), log,
+                     folder / "logs" / "tools.log")
     except BuildError as e:
         log(f"no sccache ({e.message}); building without a compiler cache")
         return None
     found = tools / "bin" / "sccache"
     return found if found.is_file() else None
 
+
+
+def environment_provenance(python: str | None, cuda_home: Path | None) -> dict | None:
+    """What metadata.json records of the environment a variant was built in: its name and the
+    hashes of the locks it was realised from (null when resolved afresh); None outside one."""
+    stamp = read_stamp(Path(python).parent.parent) if python else None
+    if not stamp or "env" not in stamp:
+        return None
+    record = {"name": stamp["env"], "lock": (stamp.get("lock") or {}).get("sha256")}
+    for parent in (cuda_home.parents if cuda_home else ()):
+        tk = read_stamp(parent)
+        if tk is not None:
+            record["toolkit-lock"] = (tk.get("lock") or {}).get("sha256")
+            break
+    return record

@@ -1,7 +1,9 @@
 """The variant matrix, read from `pixi.toml`: one `EnvSpec` per build environment.
 
 pixi.toml is the single definition: pixi builds its environments from it, and the PyPI path
-(`envs.py`) realises the same environments from it where pixi can't run.
+(`envs.py`) realises the same environments from it where pixi can't run, from the locks in
+`locks/<platform>/` next to it (`lock.py`). A project without a pixi.toml gets the default matrix
+that ships with the builder (resources/matrix/pixi.toml, the same environments as ours).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import fnmatch
 import re
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ from ..core.variant import Variant
 ENV_NAME_RE = re.compile(r"^torch(\d)(\d+)-(cu\d+|cpu)$")
 CPU_ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64", "osx-arm64": "aarch64",
             "osx-64": "x86_64", "win-64": "x86_64"}
+DEFAULT_MATRIX = Path(str(resources.files("kbuild") / "resources" / "matrix" / PIXI_TOML))
+LOCKS_DIR = "locks"  # next to the pixi.toml: locks/<platform>/pylock.<env>.toml
 # conda-forge packages a CUDA toolkit feature must provide (torch's CUDA headers need the -dev ones).
 TOOLKIT_PACKAGES = ("cuda-version", "cuda-nvcc", "cuda-cudart-dev", "cuda-cccl", "libcublas-dev",
                     "libcusparse-dev", "libcusolver-dev")
@@ -54,6 +59,7 @@ class EnvSpec:
     toolkit_wheels: tuple[str, ...] = ()  # NVIDIA toolkit wheels for the PyPI path
     no_toolkit_reason: str | None = None  # why there are none
     available: Availability | None = None  # filled by envs.annotate()
+    locks: Path | None = None        # the matrix's locks folder (locks/, platforms below it)
 
     @property
     def release(self) -> Version:
@@ -103,6 +109,11 @@ class Matrix:
     aliases: tuple[str, ...] = ()    # other pixi environments (e.g. `default`)
     platforms: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    default: bool = False            # the builder's own matrix, used for lack of a pixi.toml
+
+    @property
+    def locks(self) -> Path:
+        return self.path.parent / LOCKS_DIR
 
     def get(self, name: str) -> EnvSpec:
         for env in self.envs:
@@ -153,8 +164,14 @@ def _pypi_requirement(name: str, spec: Any) -> str | None:
 
 
 def load(path: Path) -> Matrix:
-    """Parses `pixi.toml` (a file, or a folder holding one) into the variant matrix."""
-    path = path / PIXI_TOML if path.is_dir() else path
+    """Parses `pixi.toml` (a file, or a folder holding one) into the variant matrix; a folder
+    without one gets the builder's default matrix."""
+    if path.is_dir() and not (path / PIXI_TOML).is_file():
+        return _parse(DEFAULT_MATRIX, builtin=True)
+    return _parse(path / PIXI_TOML if path.is_dir() else path)
+
+
+def _parse(path: Path, builtin: bool = False) -> Matrix:
     if not path.is_file():
         raise BuildError(f"{path} not found", hint="the environment matrix lives in pixi.toml "
                                                    "at the project root")
@@ -218,9 +235,9 @@ def load(path: Path) -> Matrix:
             name=name, torch_version=torch_version, torch_index=index, cuda=cuda,
             platforms=platforms, features=tuple(env.get("features", [])),
             solve_group=env.get("solve-group"), python=python, pypi_extra=tuple(extra),
-            toolkit_wheels=wheels, no_toolkit_reason=reason))
+            toolkit_wheels=wheels, no_toolkit_reason=reason, locks=path.parent / LOCKS_DIR))
     return Matrix(path=path, envs=tuple(envs), aliases=tuple(aliases), platforms=ws_platforms,
-                  raw=raw)
+                  raw=raw, default=builtin)
 
 
 def name_problems(env: EnvSpec) -> list[str]:

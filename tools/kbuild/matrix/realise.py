@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 
 from ..core.errors import BuildError
 from . import envs as pypi
+from .lock import states as lock_states
 from .matrix import EnvSpec, Matrix
 
 Log = Callable[[str], None]
@@ -77,14 +78,16 @@ class PixiRealiser:
 
 
 class PypiRealiser:
-    """A cached virtual environment per environment (envs.py), built by uv or pip."""
+    """A cached virtual environment per environment (envs.py), from its lock when it has one."""
 
     via = "pypi"
 
-    def __init__(self, envs_dir: Path, log_dir: Path, torch_index: bool = False) -> None:
+    def __init__(self, envs_dir: Path, log_dir: Path, torch_index: bool = False,
+                 locked: bool = False) -> None:
         self.envs_dir = envs_dir
         self.log_dir = log_dir
         self.torch_index = torch_index
+        self.locked = locked
         self.installer = pypi.installer()
         self.sccache: Path | None = None
 
@@ -92,7 +95,13 @@ class PypiRealiser:
         return pypi.annotate(specs, self.envs_dir, self.installer, self.torch_index)
 
     def prepare(self, specs: list[EnvSpec]) -> None:
-        """A compiler cache shared by the environments (sccache), when any will build."""
+        """Refuses stale locks before anything is built; a compiler cache shared by the
+        environments (sccache), when any will build."""
+        for spec in specs:
+            for state in lock_states(spec):
+                if state.state == "stale":
+                    raise BuildError(state.problem, file=state.path, key="tool.kbuild.inputs",
+                                     hint=state.fix)
         if any(s.available is None or s.available.ok for s in specs):
             self.sccache = pypi.sccache(self.envs_dir, self.installer)
 
@@ -100,7 +109,7 @@ class PypiRealiser:
         if spec.available is not None and not spec.available.ok:
             raise Unavailable(spec.available.reason)
         real = pypi.realise(spec, self.envs_dir, inst=self.installer, log=log,
-                            log_dir=self.log_dir, torch_index=self.torch_index)
+                            log_dir=self.log_dir, torch_index=self.torch_index, locked=self.locked)
         return RealisedEnv(spec, pypi.env_key(spec, self.envs_dir) or "", str(real.python),
                            real.cuda_home, real.created, real.seconds)
 
@@ -118,15 +127,18 @@ class Unavailable(BuildError):
 
 
 def pixi_available(matrix: Matrix) -> bool:
-    return bool(shutil.which("pixi")) and matrix.path.is_file()
+    return bool(shutil.which("pixi")) and matrix.path.is_file() and not matrix.default
 
 
 def realiser(via: str, matrix: Matrix, *, envs_dir: Path, log_dir: Path,
-             torch_index: bool = False) -> Realiser:
-    """`via`: pixi, pypi, or auto (pixi when installed and the matrix is a real pixi.toml)."""
+             torch_index: bool = False, locked: bool = False) -> Realiser:
+    """`via`: pixi, pypi, or auto (pixi when installed and the project has its own pixi.toml)."""
     if via == "auto":
         via = "pixi" if pixi_available(matrix) else "pypi"
     if via == "pixi":
+        if matrix.default:
+            raise BuildError("--via pixi needs the project's own pixi.toml", file=matrix.path,
+                             hint=f"copy {matrix.path} to the project as pixi.toml")
         return PixiRealiser(matrix, log_dir)
-    return PypiRealiser(envs_dir, log_dir, torch_index)
+    return PypiRealiser(envs_dir, log_dir, torch_index, locked)
 

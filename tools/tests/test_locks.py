@@ -1,0 +1,101 @@
+"""Realising environments from their locks: hash checking with the real uv, and the promise of
+the lock: one CPU and one CUDA environment realised in two fresh folders build byte-identical
+variants, whose metadata names the locks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kbuild_testing import REPO, copy_project, kbuild
+from kbuild.core.errors import BuildError
+from kbuild.matrix import envs, lock, matrix
+
+LOCKS = REPO / "locks" / "linux-64"
+ENVS = {"torch213-cpu": "torch213-cxx11-cpu-x86_64-linux",
+        "torch214-cu130": "torch214-cxx11-cu130-x86_64-linux"}
+
+
+def small_lock(tmp_path: Path, sha256: str) -> lock.Lock:
+    """A lock of one small package taken from a committed lock, with the given hash."""
+    source = tomllib.loads((LOCKS / "pylock.torch213-cpu.toml").read_text())
+    pkg = next(p for p in source["packages"] if p["name"] == "idna")
+    wheel = pkg["wheels"][0]
+    path = tmp_path / "locks" / "linux-64" / "pylock.tiny.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f'''lock-version = "1.0"
+created-by = "test"
+
+[[packages]]
+name = "idna"
+version = "{pkg['version']}"
+wheels = [{{ url = "{wheel['url']}", hashes = {{ sha256 = "{sha256}" }} }}]
+
+[tool.kbuild]
+environment = "tiny"
+platform = "linux-64"
+python = "3.11"
+inputs = "sha256:0"
+''')
+    return lock.read(path)
+
+
+def test_install_from_lock_checks_hashes(tmp_path):
+    inst = envs.installer()
+    source = tomllib.loads((LOCKS / "pylock.torch213-cpu.toml").read_text())
+    good = next(p for p in source["packages"] if p["name"] == "idna")["wheels"][0]["hashes"]["sha256"]
+    venv, log = tmp_path / "venv", tmp_path / "install.log"
+    inst.create(venv, log)
+    with pytest.raises(BuildError):
+        inst.install_locked(venv, small_lock(tmp_path / "bad", "0" * 64), log)
+    assert "hash" in log.read_text().lower()
+    assert not list(venv.glob("lib/python*/site-packages/idna"))
+    inst.install_locked(venv, small_lock(tmp_path / "good", good), log)
+    assert list(venv.glob("lib/python*/site-packages/idna"))
+
+
+def variant_files(build: Path) -> dict[str, bytes]:
+    return {p.relative_to(build).as_posix(): p.read_bytes() for p in build.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def one_arch(project: Path) -> None:
+    """img2gray for one GPU architecture: the same code paths, a tenth of the nvcc time."""
+    manifest = project / "build.toml"
+    manifest.write_text(manifest.read_text().replace(
+        '[kernel.img2gray_cuda]\nbackend = "cuda"\n',
+        '[kernel.img2gray_cuda]\nbackend = "cuda"\ncuda-capabilities = ["9.0"]\n'))
+    assert 'cuda-capabilities = ["9.0"]' in manifest.read_text()
+
+
+@pytest.mark.slow
+def test_rebuild_from_the_lock_is_byte_identical(tmp_path):
+    """`kbuild build --env` for each environment, realised from its lock in two fresh folders
+    (projects without a pixi.toml: the default matrix and its shipped locks); the variants (real
+    compiles, no compiler cache) are the same bytes and name the locks they came from."""
+    builds = []
+    for run in ("first", "second"):
+        project = copy_project(tmp_path / run / "img2gray")
+        one_arch(project)
+        folder = tmp_path / run / "envs"
+        for name in ENVS:
+            proc = kbuild("build", project, "--env", name,
+                          env={"KBUILD_ENVS_DIR": str(folder), "KBUILD_COMPILER_CACHE": "none"})
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "default matrix" in proc.stderr
+            assert (envs.read_stamp(folder / name) or {}).get("lock"), "not realised from its lock"
+        builds.append(variant_files(project / "build"))
+    assert sorted({p.split("/")[0] for p in builds[0]}) == sorted(ENVS.values())
+    assert builds[0] == builds[1]
+    shipped = matrix.DEFAULT_MATRIX.parent / "locks" / "linux-64"
+    sha = lambda p: "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+    for name, variant in ENVS.items():
+        meta = json.loads(builds[0][f"{variant}/metadata.json"])
+        expected = {"name": name, "lock": sha(shipped / f"pylock.{name}.toml")}
+        if "cu" in name:
+            expected["toolkit-lock"] = sha(shipped / "pylock.toolkit-cu130.toml")
+        assert meta["provenance"]["environment"] == expected
