@@ -101,11 +101,11 @@ def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
     except Exception as exc:  # kernels does not import here, e.g. with a malformed HF_ENDPOINT
         Metadata = None
         problems.append(Problem("metadata.loader", f"the kernels loader cannot be imported: {exc}"))
-    try:
-        if Metadata is not None:
+    if Metadata is not None:
+        try:
             Metadata.read_from_file(variant / METADATA)
-    except Exception as exc:  # the loader's own parser is the judge
-        problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
+        except Exception as exc:  # the loader's own parser is the judge
+            problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
     prov = _object(meta.get("provenance"))
     for part in ("kernel-builder", "kernel"):
         commit = _object(prov.get(part)).get("commit")
