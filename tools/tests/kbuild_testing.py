@@ -25,6 +25,29 @@ def copy_project(dst: Path, src: Path = REPO) -> Path:
     return dst
 
 
+_BUILT: dict[tuple, Path] = {}
+
+
+def built_img2gray(make_root, key: str = "base", *, version: int = 1,
+                   marker: str | None = None) -> Path:
+    """A copy of img2gray (outside git) with its CPU variant built, made once per test process
+    and key, whichever test module asks: `make_root()` gives a fresh folder for the first call.
+    `version` changes general.version; `marker` changes the source (so the kernel id)."""
+    args = (key, version, marker)
+    if args not in _BUILT:
+        from kbuild.build import pipeline
+        project = copy_project(make_root() / "img2gray")
+        if version != 1:
+            toml = project / "build.toml"
+            toml.write_text(toml.read_text().replace("version = 1", f"version = {version}", 1))
+        if marker is not None:
+            init = project / "torch-ext" / "img2gray" / "__init__.py"
+            init.write_text(init.read_text() + f"\nKERNEL_MARKER = {marker!r}\n")
+        pipeline.build(project, backends=["cpu"])
+        _BUILT[args] = project
+    return _BUILT[args]
+
+
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,
            timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=cwd,

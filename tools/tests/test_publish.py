@@ -15,8 +15,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from kbuild_testing import copy_project
-from kbuild.build import pipeline
+from kbuild_testing import built_img2gray
 from kbuild.publish import hub as hub_client
 from kbuild.publish import upload as publish
 from kbuild.core.errors import BuildError
@@ -29,27 +28,11 @@ REPO = "kernels-test/img2gray"  # build.toml's [general.hub] repo-id; an org, so
 # ----------------------------------------------------------------------------- builds and copies
 
 
-def _build(root: Path, *, version: int = 1, marker: str | None = None) -> Path:
-    project = copy_project(root)
-    if version != 1:
-        toml = project / "build.toml"
-        toml.write_text(toml.read_text().replace("version = 1", f"version = {version}", 1))
-    if marker is not None:  # changes the source, hence the kernel id and the .so name
-        init = project / "torch-ext" / "img2gray" / "__init__.py"
-        init.write_text(init.read_text() + f"\nKERNEL_MARKER = {marker!r}\n")
-    pipeline.build(project, backends=["cpu"])
-    return project
-
-
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory):
     """Built copies of img2gray, made once per session: builds(key, version=, marker=)."""
-    cache: dict[str, Path] = {}
-
     def get(key: str = "base", **kw) -> Path:
-        if key not in cache:
-            cache[key] = _build(tmp_path_factory.mktemp(f"build-{key}") / "img2gray", **kw)
-        return cache[key]
+        return built_img2gray(lambda: tmp_path_factory.mktemp(f"build-{key}"), key, **kw)
     return get
 
 
@@ -135,10 +118,12 @@ def script(body: str) -> str:
     return CHECK_OP + textwrap.dedent(body)
 
 
-def writes(requests: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
-    """Requests that could change the server (POSTs that only read are left out)."""
-    return [r for r in requests if r[0] not in ("GET", "HEAD")
-            and not any(p in r[1] for p in ("/paths-info/", "/api/validate-yaml"))]
+def writes(hub: HubServer, since: int = 0) -> list[tuple[str, str, int]]:
+    """Requests to write routes the server got (from request number `since` on)."""
+    def is_write(method: str, target: str) -> bool:
+        route, _ = hub.route_for(method, target.split("?")[0])
+        return route.writes if route else method not in ("GET", "HEAD")
+    return [r for r in hub.requests[since:] if is_write(r[0], r[1])]
 
 
 def v1_files(hub: HubServer, revision: str = "v1") -> dict[str, bytes]:
@@ -277,7 +262,7 @@ def test_second_major_version_and_stale_variant_files(hub, builds, tmp_path, api
     assert sorted(again.unchanged) == sorted(second.added + second.changed + second.unchanged)
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
     assert any("is up to date" in line for line in logs)
-    assert writes(hub.requests[n_requests:]) == []
+    assert writes(hub, n_requests) == []
 
     # Version 2 goes to branch v2; pinning version=1 still gives the v1 kernel.
     v2 = fresh_copy(builds("v2", version=2, marker="two"), tmp_path / "v2")
@@ -325,7 +310,7 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     variant = variant_of(proj).name
     assert "would create kernel repo kernels-test/img2gray" in fresh.stdout
     assert f"add     build/{variant}/_ops.py" in fresh.stdout and "README.md on main: add" in fresh.stdout
-    assert writes(hub.requests) == []
+    assert writes(hub) == []
     assert not api.repo_exists(REPO, repo_type="kernel")
     assert json.loads(summary.read_text())["status"] == "dry-run"
 
@@ -339,7 +324,7 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     assert again.returncode == 0, again.stderr
     assert f"delete  build/{variant}/stale.txt" in again.stdout and "README.md on main: change" in again.stdout
     assert "0 added, 0 changed, 1 deleted" in again.stdout
-    assert writes(hub.requests[n_requests:]) == []
+    assert writes(hub, n_requests) == []
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
 
 
@@ -359,6 +344,44 @@ def test_release_tag_and_private_repo(hub, proj, api):
         do_upload(hub, proj, tag="v2.0.0")
     with pytest.raises(BuildError, match="not a full release tag"):
         do_upload(hub, proj, tag="latest")
+
+
+def test_existing_tag_elsewhere_fails_before_any_write(hub, builds, tmp_path):
+    do_upload(hub, fresh_copy(builds(), tmp_path / "base"), tag="v1.0.0")
+    changed = fresh_copy(builds("marked", marker="v1b"), tmp_path / "changed")
+    before, n_requests = hub.snapshot(), len(hub.requests)
+    summary = tmp_path / "upload.json"
+    for dry_run in (True, False):
+        with pytest.raises(BuildError, match="tag v1.0.0 already exists .*this upload would "
+                                             "commit 1 added, 3 changed and 1 deleted"):
+            do_upload(hub, changed, tag="v1.0.0", dry_run=dry_run, output_json=summary)
+    assert writes(hub, n_requests) == [] and hub.snapshot() == before and not summary.exists()
+    result, logs = do_upload(hub, changed, tag="v1.1.0")
+    tags = {t: c for t, c in hub.snapshot()["repos"][f"kernel:{REPO}"]["tags"].items()}
+    assert tags["v1.1.0"] == result.commit != tags["v1.0.0"]
+    assert [line for line in logs if "tagged" in line or "README" in line][0].startswith("tagged")
+
+
+def test_read_only_token_fails_before_any_write(builds, tmp_path):
+    read_only = "hf_read_only_token_5e0a"
+    with HubServer(token=TOKEN, read_token=read_only) as server:
+        project = fresh_copy(builds(), tmp_path / "img2gray")
+        options = publish.UploadOptions(endpoint=server.url, token=read_only, load=False,
+                                        backoff=0.01, tag="v1.0.0")
+        with pytest.raises(BuildError, match="token is read-only; nothing was written"):
+            publish.upload(project, options, log=lambda _: None, warn=lambda _: None)
+        assert writes(server) == [] and server.snapshot()["repos"] == {}
+
+
+def test_endpoint_credentials_are_never_printed_or_written(hub, proj, tmp_path):
+    secret = "hf_in_the_url_41c9"
+    endpoint = hub.url.replace("http://", f"http://user:{secret}@")
+    summary, logs = tmp_path / "upload.json", []
+    result = publish.upload(proj, publish.UploadOptions(
+        endpoint=endpoint, token=TOKEN, dry_run=True, load=False, output_json=summary),
+        log=logs.append, warn=logs.append)
+    assert result.url.startswith("http://***@127.0.0.1:")
+    assert secret not in summary.read_text() + "\n".join(logs) + result.url
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -413,6 +436,11 @@ def test_dirty_tree_is_refused_unless_allowed(hub, proj):
     _git(proj, "add", "-A")
     _git(proj, "commit", "-q", "-m", "kernel")
     do_upload(hub, proj, dry_run=True)  # clean: fine
+    untracked = proj / "torch-ext" / "img2gray" / "extra.py"  # an input git does not know
+    untracked.write_text("SHIPPED = True\n")
+    with pytest.raises(BuildError, match="input files git does not track"):
+        do_upload(hub, proj, dry_run=True)
+    untracked.unlink()
 
     src = proj / "csrc" / "img2gray_cpu.cpp"
     src.write_text(src.read_text() + "\n// local edit\n")

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from kbuild_testing import REPO as REPO_ROOT
+from kbuild.build.assemble import digest_files
 from kbuild.publish import wheel as publish
 from kbuild.core.errors import BuildError
 from kbuild.publish.wheel import build_wheel, wheel_tags
@@ -112,7 +113,8 @@ def test_noarch_variant_is_a_pure_wheel(tmp_path):
     (variant / "_ops.py").write_text("ops = None\n")
     (variant / "metadata.json").write_text(json.dumps({
         "name": "tiny-kernel", "id": "_tiny_kernel_cpu_abc1234", "version": 3, "license": "mit",
-        "python-depends": ["einops"], "kernel-depends": [], "backend": {"type": "cpu"}}))
+        "python-depends": ["einops"], "kernel-depends": [], "backend": {"type": "cpu"},
+        "digest": {"algorithm": "sha256", "files": digest_files(variant)}}))
     (wheel,) = publish.to_wheels(tmp_path / "build", out=tmp_path / "dist", log=lambda _: None)
     assert wheel.name == "tiny_kernel-3.0.0+cpu-py3-none-any.whl"
     files = read_wheel(wheel)
@@ -136,6 +138,56 @@ def test_tampered_variant_is_refused(proj, tmp_path):
     shutil.rmtree(variant)
     with pytest.raises(BuildError, match="_ops.py has changed since the build"):
         publish.to_wheels(proj, out=tmp_path / "dist", log=lambda _: None, warn=warnings.append)
+
+
+def _rewrite_meta(variant: Path, **changes) -> None:
+    path = variant / "metadata.json"
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    meta = {k: v for k, v in meta.items() if v is not None}
+    path.write_text(json.dumps(meta))
+
+
+def test_variant_without_a_valid_digest_is_refused(proj, tmp_path):
+    variant = variant_of(proj)
+    digest = json.loads((variant / "metadata.json").read_text())["digest"]
+    (variant / "_ops.py").write_text("# tampered\n")
+    for wrong in (None, {"algorithm": "sha256", "files": []}, "x"):
+        _rewrite_meta(variant, digest=wrong)
+        with pytest.raises(BuildError) as err:
+            build_wheel(variant, tmp_path / "dist")
+        assert "digest" in str(err.value)
+    _rewrite_meta(variant, digest=digest, provenance="x")
+    with pytest.raises(BuildError, match="`provenance` must be an object"):
+        build_wheel(variant, tmp_path / "dist")
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
+
+
+def test_record_is_csv_even_for_odd_file_names(proj, tmp_path):
+    variant = variant_of(proj)
+    odd = ["data/a,b.txt", 'data/quote"d.txt', "data/new\nline.txt"]
+    for name in odd:
+        (variant / name).parent.mkdir(exist_ok=True)
+        (variant / name).write_text(name)
+    _rewrite_meta(variant, digest={"algorithm": "sha256", "files": digest_files(variant)})
+    files = read_wheel(build_wheel(variant, tmp_path / "dist"))
+    (record,) = [n for n in files if n.endswith(".dist-info/RECORD")]
+    rows = list(csv.reader(io.StringIO(files[record].decode(), newline="")))
+    assert sorted(r[0] for r in rows) == sorted(files)
+    assert {f"img2gray/{n}" for n in odd} <= {r[0] for r in rows}
+
+
+@pytest.mark.parametrize("changes", [
+    {"upstream": "https://example.invalid\nRequires-Dist: evil"},
+    {"license": "mit\rRequires-Dist: evil"},
+    {"python-depends": ["evil @ https://example.invalid/evil.whl"]},
+])
+def test_metadata_cannot_add_wheel_headers(proj, tmp_path, changes):
+    variant = variant_of(proj)
+    _rewrite_meta(variant, **changes)
+    with pytest.raises(BuildError):
+        build_wheel(variant, tmp_path / "dist")
+    assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
 
 def test_pip_installs_the_right_wheel_into_a_fresh_venv_and_the_op_runs(proj, tmp_path):
@@ -171,7 +223,7 @@ print("OK", img2gray.{kernel_id}.__name__)
         assert run.returncode == 0, run.stderr
         assert f"OK img2gray.{kernel_id}" in run.stdout
         shown = pip(python, "show", "-f", "img2gray").stdout
-        assert f"Requires: torch" in shown and f"img2gray/{kernel_id}.abi3.so" in shown
+        assert "Requires: torch" in shown and f"img2gray/{kernel_id}.abi3.so" in shown
     finally:
         removed = pip(python, "uninstall", "-y", "img2gray")
     assert removed.returncode == 0, removed.stderr

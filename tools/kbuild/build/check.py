@@ -12,6 +12,7 @@ from pathlib import Path
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
 from ..core.layout import METADATA
+from ..core.metadata import read as read_metadata
 from .assemble import digest_files
 
 REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
@@ -95,31 +96,43 @@ def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
                 for k in REQUIRED_KEYS if k not in meta]
     try:
         from kernels._rust import Metadata
-        Metadata.read_from_file(variant / METADATA)
     except ImportError:
-        pass
-    except Exception as exc:  # the loader's own parser is the judge
-        problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
-    prov = meta.get("provenance", {})
+        Metadata = None
+    except Exception as exc:  # kernels does not import here, e.g. with a malformed HF_ENDPOINT
+        Metadata = None
+        problems.append(Problem("metadata.loader", f"the kernels loader cannot be imported: {exc}"))
+    if Metadata is not None:
+        try:
+            Metadata.read_from_file(variant / METADATA)
+        except Exception as exc:  # the loader's own parser is the judge
+            problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
+    prov = _object(meta.get("provenance"))
     for part in ("kernel-builder", "kernel"):
-        commit = prov.get(part, {}).get("commit")
-        if commit is not None and not HEX_COMMIT.match(commit):
+        commit = _object(prov.get(part)).get("commit")
+        if commit is not None and not (isinstance(commit, str) and HEX_COMMIT.match(commit)):
             problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
                                                               f"{commit!r} is not a full hex id"))
-    backend = meta.get("backend", {})
+    backend = _object(meta.get("backend"))
     if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
     return problems
+
+
+def _object(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def digest_problems(variant: Path, meta: dict) -> list[Problem]:
     digest = meta.get("digest")
     if not digest:
         return [Problem("digest.missing", "metadata.json: no `digest`")]
+    if not isinstance(digest, dict) or not isinstance(digest.get("files"), dict):
+        return [Problem("digest.shape", "metadata.json: `digest` must be an object with "
+                        "`algorithm` and `files` (an object of path: hash)")]
     if digest.get("algorithm") != "sha256":
         return [Problem("digest.algorithm", "metadata.json: unsupported digest algorithm "
                         f"{digest.get('algorithm')!r}")]
-    expected, actual = digest.get("files", {}), digest_files(variant)
+    expected, actual = digest["files"], digest_files(variant)
     problems = [Problem("digest.file-missing", f"digest: {p} is missing")
                 for p in sorted(expected.keys() - actual.keys())]
     problems += [Problem("digest.file-extra", f"digest: {p} is not in the digest")
@@ -171,14 +184,9 @@ def probe_load(variant: Path, python: str | None) -> dict:
 
 def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
     report = CheckReport(variant.name)
-    meta_path = variant / METADATA
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        report.problems.append(Problem("metadata.missing", "metadata.json is missing"))
-        return report
-    except ValueError as exc:
-        report.problems.append(Problem("metadata.json", f"metadata.json is not valid JSON: {exc}"))
+    meta, unreadable = read_metadata(variant)
+    if meta is None:  # missing, not JSON, or of the wrong shape: the checks below read it
+        report.problems += [Problem(p.code, p.message) for p in unreadable]
         return report
     report.problems += metadata_problems(variant, meta)
     report.problems += digest_problems(variant, meta)

@@ -79,14 +79,20 @@ def clean(project: ProjectArg = Path(".")) -> None:
 
     layout = Layout.of(project)
     removed = []
+
+    def unfollowed(path: Path) -> bool:  # a link may lead out of the project: never followed
+        if path.is_symlink():
+            warn(f"{path} is a symlink (to {path.resolve()}); not following it, left as it is")
+        return path.is_symlink()
+
     work = layout.work
-    if work.is_dir():
+    if not unfollowed(work) and work.is_dir():
         shutil.rmtree(work)
         removed.append(work)
     build_root = layout.build_dir
-    if build_root.is_dir():
-        for variant in build_root.iterdir():
-            if variant.is_dir() and (variant / "metadata.json").is_file():
+    if not unfollowed(build_root) and build_root.is_dir():
+        for variant in sorted(build_root.iterdir()):
+            if not unfollowed(variant) and variant.is_dir() and (variant / "metadata.json").is_file():
                 shutil.rmtree(variant)
                 removed.append(variant)
         if not any(build_root.iterdir()):

@@ -1,10 +1,13 @@
 """The Hub client: `HfApi` calls with retries on transient failures, and every Hub error mapped
-to one BuildError line of our own wording, scrubbed of the token."""
+to one BuildError line of our own wording, scrubbed of the token and of URL credentials."""
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from ..core.errors import BuildError
 
@@ -42,19 +45,48 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _transport_errors())
 
 
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+
+
 class Scrub:
-    """Removes the token from any text we print."""
+    """Removes secrets from any text we print: the token, and the `user:password@` of URLs.
+    Every URL and exception text that publish/ prints goes through one."""
 
     def __init__(self, token: str | None):
         self.token = token
 
     def __call__(self, text: str) -> str:
+        text = _URL_USERINFO.sub(r"\1***@", text)
         return text.replace(self.token, "***") if self.token and len(self.token) >= 4 else text
 
 
+def check_endpoint(endpoint: str | None) -> None:
+    """Refuses a malformed endpoint: `endpoint`, and HF_ENDPOINT, which huggingface_hub parses
+    as soon as it is imported (so this runs before anything imports it)."""
+    for key, url in (("HF_ENDPOINT", os.environ.get("HF_ENDPOINT")), ("endpoint", endpoint)):
+        if not url:
+            continue
+        try:
+            parts = urlsplit(url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (
+                parts.port is None or parts.port > 0)
+        except ValueError:  # e.g. an unclosed IPv6 bracket, a port out of range
+            valid = False
+        if not valid:
+            raise BuildError(f"{key} {Scrub(None)(url)!r} is not an http(s) URL", key=key,
+                             hint="e.g. HF_ENDPOINT=http://127.0.0.1:8080; unset it to use the "
+                                  "Hugging Face Hub")
+
+
 def hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
-              scrub: Callable[[str], str] = str) -> BuildError:
+              scrub: Callable[[str], str] = Scrub(None)) -> BuildError:
     """One clear line for a Hub failure (never the token, never a traceback)."""
+    err = _hub_error(exc, what=what, repo_id=repo_id, endpoint=endpoint, scrub=scrub)
+    return BuildError(scrub(err.message), hint=scrub(err.hint) if err.hint else None)
+
+
+def _hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
+               scrub: Callable[[str], str]) -> BuildError:
     from huggingface_hub.errors import OfflineModeIsEnabled
     org = repo_id.split("/", 1)[0]
     status = _status(exc)
@@ -94,6 +126,7 @@ class HubClient:
 
     def __init__(self, repo_id: str, *, endpoint: str | None, token: str | None, log: Log,
                  retries: int, backoff: float):
+        check_endpoint(endpoint)
         from huggingface_hub import HfApi
         self.api = HfApi(endpoint=endpoint, token=token)
         self.endpoint = self.api.endpoint.rstrip("/")
@@ -143,6 +176,12 @@ class HubClient:
                     raise
                 return False
         return self.call(f"reading {self.repo_id}", probe)
+
+    def refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """({branch: commit}, {tag: commit})."""
+        refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
+        return ({b.name: b.target_commit for b in refs.branches},
+                {t.name: t.target_commit for t in refs.tags})
 
     def branches(self) -> dict[str, str]:
         refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)

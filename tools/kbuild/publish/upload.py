@@ -4,9 +4,12 @@ What lands where (the reference uploader's layout):
 - `build/<variant>/…` and `benchmarks/benchmark*.py` on branch `v<version>` (created from
   `main` when missing), in ONE commit per upload: every add plus a delete of every remote file
   under an uploaded variant's folder that the local variant no longer has (`sync.py`).
-- `README.md` on `main`, from `CARD.md` or a generated card (`card.py`), in a separate commit.
+- With `--tag`, the release tag on that commit, then `README.md` on `main`, from `CARD.md` or a
+  generated card (`card.py`), in a separate commit.
 
-The token (HF_TOKEN or `hf auth login`) is never printed (`hub.py`).
+Everything that can be known to fail is checked before the first write: the variants, the
+endpoint, the token (valid, not read-only), the refs, and an existing `--tag`. The token
+(HF_TOKEN or `hf auth login`) and URL credentials are never printed (`hub.Scrub`).
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.layout import MANIFEST, METADATA, Layout
 from ..build.check import BYTECODE, check_variant, variant_dirs
+from ..build.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
+from ..core import metadata as metadata_mod
 from ..core.errors import BuildError
+from ..core.layout import MANIFEST, METADATA, Layout
 from ..core.runner import capture
 from .card import card_text
-from .hub import REPO_TYPE, HubClient
+from .hub import REPO_TYPE, HubClient, check_endpoint
 from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
 
 MAIN = "main"
@@ -83,11 +88,8 @@ def _shipped_files(variant: Path) -> list[Path]:
 
 
 def _read_meta(variant: Path) -> dict | None:
-    try:
-        meta = json.loads((variant / METADATA).read_text())
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
+    """The variant's metadata, or None when unreadable or of the wrong shape (check says why)."""
+    return metadata_mod.read(variant)[0]
 
 
 def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manifest, *,
@@ -114,10 +116,11 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
         raise BuildError(f"the build folder holds variants of {', '.join(sorted(map(str, names)))}"
                          f", not of {general.name}", file=build_dir, hint="pass the right --build-dir")
 
-    state = gitinfo.git_state(project)
+    state = gitinfo.git_state(project, input_files(project, manifest))
     if not allow_dirty:
         if state is not None and state.dirty:
-            raise BuildError("the kernel project has uncommitted changes", file=project,
+            raise BuildError("the kernel project has uncommitted changes (or input files git "
+                             "does not track)", file=project,
                              hint="commit them and rebuild, or pass --allow-dirty")
         for name, meta in metas.items():
             if _provenance(meta, "kernel").get("dirty"):
@@ -212,6 +215,7 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
            warn: Log = print) -> UploadResult:
     o = options
     repo_id, build_dir, tag, create_pr, dry_run = o.repo_id, o.build_dir, o.tag, o.create_pr, o.dry_run
+    check_endpoint(o.endpoint)  # before anything imports huggingface_hub
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
@@ -251,18 +255,25 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
                           delete_under=delete_under, message=message, description=description)
     main_branch = dict(local={README: readme.encode()}, dirs=[], files=[README], delete_under=[],
                        message=f"Update README.md ({readme_source})", description="")
+
+    # Reads and checks only, up to the first write.
     exists = hub.exists()
-    branch_exists = exists and branch in hub.call("reading refs", hub.branches)
+    branches, tags = hub.call("reading refs", hub.refs) if exists else ({}, {})
+    branch_exists = branch in branches
+    if not dry_run and not create_pr:
+        _check_write_access(hub)
+    if dry_run or tag in tags:
+        planned = (sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
+                   if branch_exists else SyncResult(compute_diff(
+                       {p: git_blob_oid(f) for p, f in to_upload.items()}, {}, delete_under), None, None))
+        if tag in tags:
+            _check_tag_stays(hub, tag, tags[tag], branch, planned)  # type: ignore[arg-type]
     if dry_run:
-        nothing = SyncResult(compute_diff({p: git_blob_oid(f) for p, f in to_upload.items()}, {},
-                                     delete_under), None, None)
-        sync = (sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
-                if branch_exists else nothing)
         readme_sync = (sync_branch(hub, branch=MAIN, create_pr=False, dry_run=True, **main_branch)
                        if exists else SyncResult(Diff(added=[README]), None, None))
-        _print_plan(log, repo_id, branch, sync.diff, readme_sync.diff, exists, branch_exists,
+        _print_plan(log, repo_id, branch, planned.diff, readme_sync.diff, exists, branch_exists,
                     create_pr, tag)
-        result = _result("dry-run", hub, repo_id, branch, sync, variants, skipped,
+        result = _result("dry-run", hub, repo_id, branch, planned, variants, skipped,
                          _readme_json(readme_sync, readme_source), tag)
         _write_json(o.output_json, result)
         return result
@@ -277,38 +288,56 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
         log(f"created branch {branch} from {MAIN}")
 
     sync = sync_branch(hub, branch=branch, create_pr=create_pr, dry_run=False, **version_branch)
-    readme_sync = sync_branch(hub, branch=MAIN, create_pr=create_pr, dry_run=False, **main_branch)
     if create_pr:
         status = "pr-opened" if sync.pr_url else "unchanged"
     else:
         status = "uploaded" if sync.commit else "unchanged"
-
-    tagged = None
-    if tag is not None:
-        target = sync.commit or sync.head
-        _tag(hub, tag, target)  # type: ignore[arg-type]
-        tagged = tag
+    if tag is not None:  # before the README: a failure here leaves main as it was
+        _tag(hub, tag, sync.commit or sync.head)  # type: ignore[arg-type]
+    readme_sync = sync_branch(hub, branch=MAIN, create_pr=create_pr, dry_run=False, **main_branch)
 
     diff = sync.diff
     if create_pr and sync.pr_url:
-        log(f"opened pull request {sync.pr_url} against {branch}: {len(diff.added)} added, "
-            f"{len(diff.changed)} changed, {len(diff.deleted)} deleted")
+        log(f"opened pull request {hub.scrub(sync.pr_url)} against {branch}: {len(diff.added)} "
+            f"added, {len(diff.changed)} changed, {len(diff.deleted)} deleted")
     elif sync.commit:
         log(f"uploaded {names} to {repo_id}@{branch}: {len(diff.added)} added, "
             f"{len(diff.changed)} changed, {len(diff.deleted)} deleted, "
-            f"{len(diff.unchanged)} unchanged -> {sync.commit_url or sync.commit}")
+            f"{len(diff.unchanged)} unchanged -> {hub.scrub(sync.commit_url or sync.commit)}")
     else:
         log(f"{repo_id}@{branch} is up to date ({len(diff.unchanged)} files); no commit")
+    if tag is not None:
+        log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tag}")
     if readme_sync.pr_url:
-        log(f"opened pull request {readme_sync.pr_url} for README.md on {MAIN}")
+        log(f"opened pull request {hub.scrub(readme_sync.pr_url)} for README.md on {MAIN}")
     elif readme_sync.commit:
         log(f"updated README.md on {MAIN} ({readme_source})")
-    if tagged:
-        log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tagged}")
     result = _result(status, hub, repo_id, branch, sync, variants, skipped,
-                     _readme_json(readme_sync, readme_source), tagged)
+                     _readme_json(readme_sync, readme_source), tag)
     _write_json(o.output_json, result)
     return result
+
+
+def _check_write_access(hub: HubClient) -> None:
+    """The token is valid and not read-only (a fine-grained token's scopes are the Hub's call)."""
+    info = hub.call("checking the token", hub.api.whoami)
+    token = (info.get("auth") or {}).get("accessToken") or {} if isinstance(info, dict) else {}
+    if token.get("role") == "read":
+        raise BuildError("the Hugging Face token is read-only; nothing was written",
+                         hint="use a token with write access (HF_TOKEN or `hf auth login`)")
+
+
+def _check_tag_stays(hub: HubClient, tag: str, tagged: str, branch: str, planned: SyncResult) -> None:
+    """An existing release tag is fine only where this upload ends: the unchanged branch head."""
+    if planned.head == tagged and planned.diff.empty:
+        return
+    d = planned.diff
+    change = (f"this upload would commit {len(d.added)} added, {len(d.changed)} changed and "
+              f"{len(d.deleted)} deleted files to {branch}" if not d.empty
+              else f"{branch} is at {(planned.head or 'nothing')[:12]}")
+    raise BuildError(f"tag {tag} already exists on {hub.repo_id} at {tagged[:12]}, and {change}; "
+                     "nothing was written", hint="release tags are never moved; pick the next "
+                     "version number")
 
 
 def _commit_description(variants: list[Variant]) -> str:
@@ -324,10 +353,11 @@ def _commit_description(variants: list[Variant]) -> str:
 
 def _tag(hub: HubClient, tag: str, target: str) -> None:
     existing = hub.call("reading tags", hub.tags)
-    if tag in existing:
-        if existing[tag] == target:
-            return
-        raise BuildError(f"tag {tag} already exists on {hub.repo_id} at {existing[tag][:12]}",
+    if existing.get(tag) == target:
+        return
+    if tag in existing:  # created by someone else since the check before the first write
+        raise BuildError(f"tag {tag} was created on {hub.repo_id} at {existing[tag][:12]} during "
+                         f"the upload; {target[:12]} is not tagged",
                          hint="release tags are never moved; pick the next version number")
     hub.call(f"tagging {tag}", lambda: hub.api.create_tag(
         hub.repo_id, tag=tag, revision=target, repo_type=REPO_TYPE, exist_ok=False))
@@ -343,9 +373,11 @@ def _result(status: str, hub: HubClient, repo_id: str, branch: str, sync: SyncRe
             variants: list[Variant], skipped: dict[str, list[str]], readme: dict[str, Any],
             tag: str | None) -> UploadResult:
     d = sync.diff
-    url = sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}"
+    url = hub.scrub(sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}")
+    pr_url = hub.scrub(sync.pr_url) if sync.pr_url else None
+    readme = {**readme, "pr_url": hub.scrub(readme["pr_url"]) if readme.get("pr_url") else None}
     return UploadResult(status=status, repo_id=repo_id, branch=branch, commit=sync.commit, url=url,
-                        pr_url=sync.pr_url, added=d.added,
+                        pr_url=pr_url, added=d.added,
                         changed=d.changed, deleted=d.deleted, unchanged=d.unchanged,
                         variants=[v.name for v in variants], skipped=skipped, readme=readme, tag=tag)
 

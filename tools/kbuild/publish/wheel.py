@@ -17,7 +17,9 @@ variant always gives the same bytes.
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import re
 import zipfile
@@ -26,15 +28,17 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..core.layout import BUILD_DIR, MANIFEST, METADATA
-from ..build.check import digest_problems, variant_dirs
+from ..build.check import BYTECODE, check_variant, variant_dirs
+from ..core import metadata as metadata_mod
 from ..core.errors import BuildError
+from ..core.layout import BUILD_DIR, MANIFEST, METADATA
 from ..core.variant import Variant, VariantError
-from .hub import REPO_TYPE, HubClient
+from .hub import REPO_TYPE, HubClient, check_endpoint
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
 MANYLINUX = "manylinux_2_28"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a bare PyPI name
 
 Log = Callable[[str], None]
 
@@ -83,8 +87,9 @@ def wheel_tags(variant: str) -> WheelTags:
                      f"torch=={v.release}.*", False)
 
 
-def _python_requirements(meta: dict) -> list[str]:
-    """PyPI names of metadata `python-depends` (kernels' own table; the name itself otherwise)."""
+def _python_requirements(meta: dict, path: Path) -> list[str]:
+    """PyPI names of metadata `python-depends` (kernels' own table; the name itself otherwise,
+    which must then be a bare name: no version, URL or marker comes from metadata.json)."""
     table: dict = {}
     try:
         from importlib import resources
@@ -95,9 +100,30 @@ def _python_requirements(meta: dict) -> list[str]:
     known = {**table.get("general", {}), **table.get("backends", {}).get(backend, {})}
     out = []
     for dep in meta.get("python-depends", []):
-        pkgs = [p["pkg"] for p in known.get(dep, {}).get("python", [])] or [dep]
-        out += [p for p in pkgs if p not in out]
+        pkgs = [p["pkg"] for p in known.get(dep, {}).get("python", [])]
+        if not pkgs and not REQUIREMENT_NAME.fullmatch(dep):
+            raise BuildError(f"python-depends entry {dep!r} is not a package name", file=path,
+                             key="python-depends", hint="list bare PyPI names, e.g. einops")
+        out += [p for p in pkgs or [dep] if p not in out]
     return out
+
+
+def _header(meta: dict, key: str, path: Path) -> str | None:
+    """A metadata.json string as a one-line METADATA header value (None when unset)."""
+    value = meta.get(key)
+    if value and value.splitlines() != [value]:
+        raise BuildError(f"`{key}` contains a line break", file=path, key=key,
+                         hint="metadata values become one-line wheel headers")
+    return value or None
+
+
+def _record(entries: list[tuple[str, bytes, int]], record_path: str) -> bytes:
+    """RECORD as CSV (names with commas, quotes or line breaks quoted, as pip reads them)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerows((arc, _record_hash(data), len(data)) for arc, data, _ in entries)
+    writer.writerow((record_path, "", ""))
+    return buf.getvalue().encode()
 
 
 def _record_hash(data: bytes) -> str:
@@ -112,13 +138,14 @@ def _variant_files(variant: Path) -> list[Path]:
 
 def read_metadata(variant: Path) -> dict:
     path = variant / METADATA
-    try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BuildError("not a kernel variant (no metadata.json)", file=variant,
-                         hint="point to a build folder made by `kbuild build` or a Hub kernel repo") from None
-    except ValueError as e:
-        raise BuildError(f"metadata.json is not valid JSON: {e}", file=path) from None
+    meta, problems = metadata_mod.read(variant)
+    if meta is None:
+        first = problems[0]
+        if first.code == "metadata.missing":
+            raise BuildError("not a kernel variant (no metadata.json)", file=variant,
+                             hint="point to a build folder made by `kbuild build` or a Hub kernel repo")
+        raise BuildError(first.message.removeprefix("metadata.json: "), file=path,
+                         key=first.key or None)
     for key in ("name", "version"):
         if key not in meta:
             raise BuildError("required key is missing", file=path, key=key)
@@ -126,14 +153,15 @@ def read_metadata(variant: Path) -> dict:
 
 
 def build_wheel(variant: Path, out_dir: Path) -> Path:
-    """Writes the wheel of one variant folder into `out_dir` and returns its path."""
+    """Writes the wheel of one variant folder into `out_dir` and returns its path. Only a
+    variant that passes `kbuild check` (without loading it) is packaged: metadata of the right
+    shape, a digest that matches every file, the layout and the ABI policy."""
     variant = variant.resolve()
     meta = read_metadata(variant)
-    if "digest" in meta:  # a variant whose files no longer match its digest is not shipped
-        problems = digest_problems(variant, meta)
-        if problems:
-            raise BuildError("; ".join(problems), file=variant / METADATA,
-                             hint="rebuild the variant (`kbuild build`)")
+    path = variant / METADATA
+    problems = [p for p in check_variant(variant, load=False).problems if p.code != BYTECODE]
+    if problems:
+        raise BuildError("; ".join(problems), file=variant, hint="rebuild the variant (`kbuild build`)")
     tags = wheel_tags(variant.name)
     name = str(meta["name"])
     module = name.replace("-", "_")
@@ -149,13 +177,14 @@ def build_wheel(variant: Path, out_dir: Path) -> Path:
 
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
              f"Summary: The {name} kernel ({variant.name}), packaged by pixi-kernel-builder"]
-    if meta.get("license"):
+    if _header(meta, "license", path):
         lines.append(f"License: {meta['license']}")
     for key, label in (("upstream", "Source"), ("source", "Source")):
-        if meta.get(key):
+        if _header(meta, key, path):
             lines.append(f"Project-URL: {label}, {meta[key]}")
     lines.append("Requires-Python: >=3.9")
-    lines += [f"Requires-Dist: {r}" for r in [tags.torch_requirement, *_python_requirements(meta)]]
+    requirements = [tags.torch_requirement, *_python_requirements(meta, path)]
+    lines += [f"Requires-Dist: {r}" for r in requirements]
     metadata_text = "\n".join(lines) + "\n"
     wheel_text = (f"Wheel-Version: 1.0\nGenerator: pixi-kernel-builder ({__version__})\n"
                   f"Root-Is-Purelib: {'true' if tags.purelib else 'false'}\nTag: {tags.tag}\n")
@@ -167,9 +196,7 @@ def build_wheel(variant: Path, out_dir: Path) -> Path:
         entries.append((f"{module}/{rel}", path.read_bytes(), mode))
     entries.append((f"{dist_info}/METADATA", metadata_text.encode(), 0o644))
     entries.append((f"{dist_info}/WHEEL", wheel_text.encode(), 0o644))
-    record = "".join(f"{arc},{_record_hash(data)},{len(data)}\n" for arc, data, _ in entries)
-    record += f"{dist_info}/RECORD,,\n"
-    entries.append((f"{dist_info}/RECORD", record.encode(), 0o644))
+    entries.append((f"{dist_info}/RECORD", _record(entries, f"{dist_info}/RECORD"), 0o644))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{dist}-{version}-{tags.tag}.whl"
@@ -225,6 +252,7 @@ def download_build(repo_id: str, version: int, *, endpoint: str | None = None,
 def to_wheels(source: Path | None, *, out: Path, repo_id: str | None = None,
               version: int | None = None, endpoint: str | None = None,
               log: Log = print, warn: Log = print) -> list[Path]:
+    check_endpoint(endpoint)  # before `check` imports kernels, which imports huggingface_hub
     if repo_id is not None:
         if version is None:
             raise BuildError("--repo-id needs --version", hint="e.g. --version 1 for branch v1")
