@@ -14,7 +14,8 @@
 #   test      pytest tests examples -m "$KBUILD_GPU_TEST_MARK" (default "not slow"; "cuda":
 #             only the tests that run on the GPU); tools/tests last, unless
 #             KBUILD_GPU_TOOLS_TESTS=0
-#   bench     `kbuild bench` per project against the variants built above
+#   bench     `kbuild bench` per project against the variants built above (KBUILD_GPU_BENCH:
+#             only these projects, e.g. "rmsnorm activation")
 #   e2e       benchmarks/e2e_llama.py --compile: a transformers Llama model plain, kernelized
 #             and with F.rms_norm (results beside the benchmarks'), then gpu/summary.py
 #   sanitize  compute-sanitizer memcheck over gpu/sanitize.py (img2gray + activation CUDA
@@ -196,6 +197,7 @@ if wants bench; then
     --format=csv >"$RES/clocks-before-bench.txt" 2>&1
   for spec in "${PROJECTS[@]}"; do
     IFS=: read -r name proj _ <<<"$spec"
+    [[ -n ${KBUILD_GPU_BENCH:-} && " $KBUILD_GPU_BENCH " != *" $name "* ]] && continue
     stage "bench-$name" 240 bash "$SELF" __bench "$name" "$proj"
   done
   pack
