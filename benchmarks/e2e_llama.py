@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         "transformers": transformers.__version__, "python": platform.python_version(),
         "smoke": args.smoke, "prompt_tokens": prompt, "new_tokens": new_tokens, "reps": reps,
         "timer": ("wall clock with the device synchronised, median of runs; decode per token = "
-                  "(generate(64) - generate(1)) / 63"),
+                  f"(generate({new_tokens}) - generate(1)) / {new_tokens - 1}"),
         "command": "python benchmarks/e2e_llama.py --rmsnorm REPO --activation REPO --out OUT"
                    + (f" --device {device}") + (" --compile" if args.compile else "")
                    + (" --smoke" if args.smoke else ""),
