@@ -161,7 +161,7 @@ if torch.cuda.is_available():
     print(f"  {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, capability "
           f"{p.major}.{p.minor}, L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB")
 from importlib import metadata
-for name in ("triton", "kernels", "cupy", "matplotlib", "rich", "typer", "pydantic"):
+for name in ("triton", "kernels", "transformers", "cupy", "matplotlib", "rich", "typer", "pydantic"):
     try:
         importlib.import_module(name)
         dist = "cupy-cuda13x" if name == "cupy" else name
