@@ -235,7 +235,7 @@ if wants profile && [[ $DEVICE == cuda ]]; then
   KERNELS=(--rmsnorm "$WORK/rmsnorm/build" --activation "$WORK/activation/build")
   stage profile 120 "$PY" gpu/profile.py "${KERNELS[@]}" --out "$RES/bench"
   NCU=$(command -v ncu || echo "$(dirname "$(command -v nvcc)")/ncu")
-  stage ncu 150 "$NCU" --clock-control none --section SpeedOfLight --section LaunchStats \
+  stage ncu 150 "$NCU" --clock-control none -c 40 --section SpeedOfLight --section LaunchStats \
     --section Occupancy --section MemoryWorkloadAnalysis \
     -k 'regex:rms_norm|silu_and_mul|unary_kernel|img2gray|vectorized_layer_norm|rms' \
     "$PY" gpu/profile.py "${KERNELS[@]}" --img2gray "$WORK/img2gray/build" --ncu
