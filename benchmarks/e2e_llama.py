@@ -164,76 +164,96 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn, device: str, reps: int, warmup: int) -> dict:
-    for _ in range(warmup):
-        fn()
+def interleaved(fns: dict, device: str, rounds: int, warmup: int, calls: int = 1) -> dict:
+    """Wall-clock ms per call of each fn, the fns timed in turn round after round (so a drift
+    of clocks or host state reaches them alike); median and min over the rounds."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     sync(device)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "runs": reps}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync(device)
+            times[name].append((time.perf_counter() - t0) * 1e3 / calls)
+    return {name: {"median_ms": statistics.median(t), "min_ms": min(t), "runs": rounds}
+            for name, t in times.items()}
 
 
-def measure(model, ids, new_tokens: int, device: str, reps: int) -> dict:
+def measure(models: dict, ids, new_tokens: int, device: str, reps: int) -> dict:
     mask = torch.ones_like(ids)
 
-    def generate(n):
+    def generate(model, n):
         return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n,
                               min_new_tokens=n, do_sample=False, pad_token_id=0)
 
-    with torch.inference_mode():
-        prefill = timed(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1),
-                        device, reps, 2)
-        logits = model(input_ids=ids, use_cache=False).logits[0, -1].float()
-        one = timed(lambda: generate(1), device, reps, 1)
-        full = timed(lambda: generate(new_tokens), device, max(2, reps // 2), 1)
-        tokens = generate(new_tokens)[0, ids.shape[1]:].tolist()
-    per_token = (full["median_ms"] - one["median_ms"]) / max(1, new_tokens - 1)
-    return {"prefill_ms": prefill["median_ms"], "prefill_min_ms": prefill["min_ms"],
-            "generate_1_ms": one["median_ms"], "generate_ms": full["median_ms"],
-            "decode_ms_per_token": per_token, "tokens": tokens, "last_logits": logits}
-
-
-def measure_compiled(model, tokens_list: list[int], vocab: int, device: str, reps: int,
-                     fullgraph: bool = True) -> dict:
     out = {}
-    for n in tokens_list:
-        torch._dynamo.reset()
+    with torch.inference_mode():
+        prefill = interleaved({n: (lambda m=m: m(input_ids=ids, use_cache=False, logits_to_keep=1))
+                               for n, m in models.items()}, device, reps, 2)
+        one = interleaved({n: (lambda m=m: generate(m, 1)) for n, m in models.items()},
+                          device, reps, 1)
+        full = interleaved({n: (lambda m=m: generate(m, new_tokens)) for n, m in models.items()},
+                           device, max(3, reps // 2), 1)
+        for name, model in models.items():
+            per_token = ((full[name]["median_ms"] - one[name]["median_ms"])
+                         / max(1, new_tokens - 1))
+            out[name] = {
+                "prefill_ms": prefill[name]["median_ms"], "prefill_min_ms": prefill[name]["min_ms"],
+                "generate_1_ms": one[name]["median_ms"], "generate_ms": full[name]["median_ms"],
+                "decode_ms_per_token": per_token,
+                "tokens": generate(model, new_tokens)[0, ids.shape[1]:].tolist(),
+                "last_logits": model(input_ids=ids, use_cache=False).logits[0, -1].float()}
+    return out
+
+
+def measure_compiled(models: dict, shapes: dict, vocab: int, device: str, reps: int) -> dict:
+    """torch.compile of each model (reduce-overhead, fullgraph where it holds, static shapes),
+    forward without KV cache; per token count, the compiled models are timed interleaved."""
+    torch._dynamo.reset()
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 64)
+    mode = "reduce-overhead" if device == "cuda" else None
+    out: dict[str, dict] = {name: {} for name in models}
+    for n in sorted({n for ns in shapes.values() for n in ns}):
         ids = torch.randint(3, vocab, (1, n), device=device,
                             generator=torch.Generator(device=device).manual_seed(7))
-        entry = {"fullgraph": fullgraph, "error": None}
-        compiled = torch.compile(model, mode="reduce-overhead" if device == "cuda" else None,
-                                 fullgraph=fullgraph, dynamic=False)
+        steps = {}
+        for name, model in models.items():
+            if n not in shapes[name]:
+                continue
+            entry = {"fullgraph": True, "error": None}
+            t0 = time.perf_counter()
+            for fullgraph in (True, False):
+                compiled = torch.compile(model, mode=mode, fullgraph=fullgraph, dynamic=False)
 
-        def step():
-            if device == "cuda":
-                torch.compiler.cudagraph_mark_step_begin()
-            return compiled(input_ids=ids, use_cache=False).logits
+                def step(compiled=compiled, ids=ids):
+                    if device == "cuda":
+                        torch.compiler.cudagraph_mark_step_begin()
+                    return compiled(input_ids=ids, use_cache=False).logits
 
-        t0 = time.perf_counter()
-        try:
-            with torch.inference_mode():
-                step()
-                sync(device)
-        except Exception as e:  # a graph break under fullgraph=True
-            if not fullgraph:
-                raise
-            entry["error"] = f"{type(e).__name__}: {e}"[:300]
-            torch._dynamo.reset()
-            compiled = torch.compile(model, mode="reduce-overhead" if device == "cuda" else None,
-                                     fullgraph=False, dynamic=False)
-            entry["fullgraph"] = False
-            with torch.inference_mode():
-                step()
-                sync(device)
-        entry["compile_s"] = time.perf_counter() - t0
+                try:
+                    with torch.inference_mode():
+                        step()
+                        sync(device)
+                    break
+                except Exception as e:  # a graph break under fullgraph=True
+                    if not fullgraph:
+                        raise
+                    entry.update(fullgraph=False, error=f"{type(e).__name__}: {e}"[:300])
+            entry["compile_s"] = time.perf_counter() - t0
+            steps[name] = step
+            out[name][str(n)] = entry
         with torch.inference_mode():
-            entry.update(timed(step, device, reps, 3))
-            entry["logits"] = step()[0, -1].float().clone()
-        out[str(n)] = entry
+            timing = interleaved(steps, device, reps, 3, calls=10)
+            for name, step in steps.items():
+                out[name][str(n)].update(timing[name])
+                out[name][str(n)]["logits"] = step()[0, -1].float().clone()
     return out
 
 
@@ -351,10 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     baselines = {"plain": "plain", "F.rms_norm": "plain", "kernelized": "plain",
                  "gated": "gated", "gated-kernelized": "gated"}
 
-    variants = {}
+    print(f"measuring {', '.join(models)} (interleaved) ...", flush=True)
+    variants = measure(models, ids, new_tokens, device, reps)
     for name, model in models.items():
-        print(f"measuring {name} ...", flush=True)
-        variants[name] = measure(model, ids, new_tokens, device, reps)
         variants[name]["kernelized_layers"] = count_kernelized(model)
     logits = {name: r.pop("last_logits") for name, r in variants.items()}
     for name, r in variants.items():
@@ -382,13 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         for m in opaque.modules():
             if isinstance(m, norm_cls):
                 m.forward = opaque_forward.__get__(m)
-        shapes = [1, prompt]
-        compiled = {}
-        for name, model, which in (("plain", models["plain"], shapes),
-                                   ("kernelized", models["kernelized"], shapes),
-                                   ("kernelized-opaque", opaque, [prompt])):
-            print(f"compiling {name} ...", flush=True)
-            compiled[name] = measure_compiled(model, which, cfg["vocab_size"], device, reps * 3)
+        print("compiling and timing plain, kernelized, kernelized-opaque ...", flush=True)
+        compiled = measure_compiled(
+            {"plain": models["plain"], "kernelized": models["kernelized"], "kernelized-opaque": opaque},
+            {"plain": [1, prompt], "kernelized": [1, prompt], "kernelized-opaque": [prompt]},
+            cfg["vocab_size"], device, reps)
         for name, shapes_ in compiled.items():
             for n, e in shapes_.items():
                 ref = compiled["plain"][n]

@@ -302,6 +302,18 @@ def test_cuda_more_row_blocks_than_the_grid(activation, name, dtype):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_silu_and_mul_is_bit_identical_to_pytorch(activation, dtype):
+    # PyTorch's formula and roundings: a model's outputs (and generated tokens) do not change.
+    torch.manual_seed(42)
+    x = 4 * torch.randn(512, 2 * 2048, dtype=dtype, device="cuda")
+    d = x.shape[-1] // 2
+    expected = F.silu(x[..., :d]) * x[..., d:]
+    torch.testing.assert_close(activation.ops.silu_and_mul_functional(x), expected, rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 def test_cuda_matches_cpu_kernel(activation):
     torch.manual_seed(42)
     x = torch.randn(64, 512, dtype=torch.bfloat16)
