@@ -260,6 +260,7 @@ def measure_compiled(models: dict, shapes: dict, vocab: int, device: str, reps: 
 # --- output ---------------------------------------------------------------------------------
 
 def plot(result: dict, out_dir: Path) -> Path | None:
+    """PNG: prefill and decode per variant (ratio to plain), and the compiled forwards."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -291,8 +292,9 @@ def plot(result: dict, out_dir: Path) -> Path | None:
         cnames = list(compiled)
         bar = 0.8 / len(cnames)
         for j, name in enumerate(cnames):
-            xs = [i + (j - (len(cnames) - 1) / 2) * bar for i in range(len(shapes))]
-            ys = [compiled[name].get(s, {}).get("median_ms", 0) for s in shapes]
+            points = [(i + (j - (len(cnames) - 1) / 2) * bar, compiled[name][s]["median_ms"])
+                      for i, s in enumerate(shapes) if s in compiled[name]]
+            xs, ys = [x for x, _ in points], [y for _, y in points]
             ax.bar(xs, ys, bar, label=name)
             for x, y in zip(xs, ys):
                 ax.text(x, y, f"{y:.2f}", ha="center", va="bottom", fontsize=6)
@@ -301,7 +303,8 @@ def plot(result: dict, out_dir: Path) -> Path | None:
         ax.set_title("torch.compile reduce-overhead, forward, no KV cache (ms)", fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"{result['model']} on {result['device_name']}", fontsize=10)
+    fig.suptitle(f"{result['model']} on {result['device_name']} (ratios: plain's time / this)",
+                 fontsize=10)
     fig.tight_layout()
     path = out_dir / "e2e_llama.png"
     fig.savefig(path, dpi=100)
