@@ -9,8 +9,6 @@ missing on CPU) and in float16 on CUDA.
 import copy
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
