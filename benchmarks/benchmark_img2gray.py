@@ -5,13 +5,16 @@
 (`kbuild bench .` builds the kernel and runs this.) Loads the kernel through
 `kernels.get_local_kernel(DIR)`; DIR is a built variant, a folder of variants or a project.
 
-Cases: 1080x1920, 4096^2, 8192^2, 16384^2 and two widths that are not multiples of 16
-(8191x8191, 4095x4097), uint8 RGB in, uint8 gray out. Bytes = 3*H*W read + H*W written.
+Bandwidth cases: 1080x1920, 4096^2, 8192^2, 16384^2 and two widths that are not multiples of
+16 (8191x8191, 4095x4097), uint8 RGB in, uint8 gray out, calls back to back (inputs rotating
+through copies larger than the L2), plus the single call with the L2 flushed. Latency cases:
+small images (32x32, 224x224, 512x512), per-call wall clock back to back, host work included.
+Bytes = 3*H*W read + H*W written.
 Implementations, each checked against the eager result before it is timed:
 - ours:    the kernel (`img2gray_out` into a preallocated output);
 - eager:   `x = rgb.float(); (x[...,0]*0.21 + x[...,1]*0.72 + x[...,2]*0.07).to(torch.uint8)`;
 - compile: `torch.compile` of the same function (uint8 in, uint8 out; allowed to differ by 1
-           where Triton contracts a multiply-add into an FMA);
+           where Triton contracts a multiply-add into an FMA; bandwidth cases only);
 - naive:   the one-thread-per-pixel design: a CuPy RawKernel on a 2-D grid of 16x16 blocks,
            one pixel per thread, launched on torch's current stream (CUDA only).
 Writes <out>/img2gray.json and <out>/img2gray.png and prints the table, with the copy
@@ -33,6 +36,8 @@ SHAPES = [(1080, 1920), (4096, 4096), (8192, 8192), (16384, 16384), (8191, 8191)
 SHAPES_CUDA_QUICK = [(1080, 1920), (4095, 4097)]
 SHAPES_CPU = [(1080, 1920), (2048, 2048), (1023, 517)]
 SHAPES_CPU_QUICK = [(64, 96), (31, 33)]
+SMALL = [(32, 32), (224, 224), (512, 512)]
+SMALL_QUICK = [(224, 224)]
 
 
 def gray_reference(rgb: torch.Tensor) -> torch.Tensor:
@@ -92,7 +97,8 @@ def naive_kernel():
     def launch(rgb: torch.Tensor, out: torch.Tensor, _cache={}):
         key = (rgb.data_ptr(), out.data_ptr(), tuple(rgb.shape))
         if key not in _cache:  # wrap once per buffer pair (zero-copy views)
-            _cache.clear()
+            if len(_cache) > 256:
+                _cache.clear()
             _cache[key] = (cupy.asarray(rgb), cupy.asarray(out))
         a, o = _cache[key]
         h, w = rgb.shape[0], rgb.shape[1]
@@ -141,31 +147,35 @@ def main(argv: list[str] | None = None) -> int:
     if not use_compile:
         suite.skipped["compile"] = "--no-compile" if args.no_compile else "--quick on the CPU"
 
+    small = SMALL_QUICK if args.quick else SMALL
     gen = torch.Generator(device=suite.device).manual_seed(42)
-    for h, w in shapes:
+    cases = [(shape, "bandwidth") for shape in shapes] + [(shape, "latency") for shape in small]
+    for (h, w), kind in cases:
         x = torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, device=suite.device, generator=gen)
         ref = gray_reference(x)
+        next_x = bl.input_cycle(x) if kind == "bandwidth" else (lambda x=x: x)
 
         def exact(r, ref=ref):
             return bl.compare(r, ref)
 
         out = torch.empty((h, w), dtype=torch.uint8, device=suite.device)
-        impls = [bl.prepare("ours", lambda: kernel.img2gray_out(x, out), exact),
-                 bl.prepare("eager", lambda: gray_reference(x), exact)]
-        if use_compile:
+        impls = [bl.prepare("ours", lambda: kernel.img2gray_out(next_x(), out), exact),
+                 bl.prepare("eager", lambda: gray_reference(next_x()), exact)]
+        if use_compile and kind == "bandwidth":
             compiled, why = bl.compile_fn(gray_reference, True)
             if compiled is None:
                 impls.append(bl.Impl("compile", lambda: None, ok=False, error=why))
             else:
-                impls.append(bl.prepare("compile", lambda: compiled(x),
+                impls.append(bl.prepare("compile", lambda: compiled(next_x()),
                                         lambda r: bl.compare(r, ref, atol=1),
                                         note="checked to within 1 (FMA contraction)"))
         if naive is not None:
             out2 = torch.empty((h, w), dtype=torch.uint8, device=suite.device)
-            impls.append(bl.prepare("naive", lambda: naive(x, out2), exact,
+            impls.append(bl.prepare("naive", lambda: naive(next_x(), out2), exact,
                                     note="CuPy RawKernel, 16x16 blocks, 1 pixel/thread"))
-        suite.run_case(f"{h}x{w}", 4 * h * w, impls, shape=(h, w, 3), dtype=torch.uint8)
-        x = ref = out = out2 = impls = None  # free the case's memory before the next
+        suite.run_case(f"{h}x{w}", 4 * h * w, impls, shape=(h, w, 3), dtype=torch.uint8,
+                       kind=kind)
+        x = ref = out = out2 = impls = next_x = None  # free the case's memory before the next
         if cuda:
             torch.cuda.empty_cache()
     return bl.finish(suite, args.out)

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# The GPU run in one command (issue 6): build, test, sanitize and benchmark every kernel.
+# The GPU run in one command: build, test, sanitize and benchmark every kernel, and the
+# end-to-end model.
 #
-#   gpu/run.sh [build] [test] [sanitize] [bench]      (no argument: all of them)
+#   gpu/run.sh [build] [test] [bench] [e2e] [sanitize] [profile] [tune]
+#   (no argument: all of them but tune)
 #
 # Run from anywhere in a checkout on a CUDA machine (python3 with torch, nvcc, compute-sanitizer);
 # carried wheels in .whl/ are installed first. Stages, in this order (sanitize after bench: its
 # duration under the sanitizer is the least predictable):
 #   setup     always: install .whl/*.whl into /tmp/site, print GPU / torch / tool versions
-#   build     always (a no-op once built): img2gray + activation (cuda) and rmsnorm (noarch)
-#             with `kbuild build PROJECT --build-dir $WORK/<name>/build`
-#   test      pytest tests examples -m "not slow" (CUDA paths included); tools/tests last
-#   bench     `kbuild bench` per project against the variants built above, then gpu/summary.py
+#   build     always (a no-op once built): img2gray, activation and rmsnorm (cuda) with
+#             `kbuild build PROJECT --build-dir $WORK/<name>/build`
+#   test      pytest tests examples -m "$KBUILD_GPU_TEST_MARK" (default "not slow"; "cuda":
+#             only the tests that run on the GPU); tools/tests last, unless
+#             KBUILD_GPU_TOOLS_TESTS=0
+#   bench     `kbuild bench` per project against the variants built above (KBUILD_GPU_BENCH:
+#             only these projects, e.g. "rmsnorm activation")
+#   e2e       benchmarks/e2e_llama.py --compile: a transformers Llama model plain, kernelized
+#             and with F.rms_norm (results beside the benchmarks'), then gpu/summary.py
 #   sanitize  compute-sanitizer memcheck over gpu/sanitize.py (img2gray + activation CUDA
-#             kernels, then rmsnorm's Triton kernel) on odd shapes
+#             kernels, then rmsnorm's) on odd shapes
+#   profile   gpu/profile.py (host and device time per call at decode sizes), then Nsight
+#             Compute over gpu/profile.py --ncu
+#   tune      gpu/tune/tune.py --back-to-back (the img2gray design sweep, timed back to back)
 # A failing stage does not stop the others; the exit status is 1 when any failed.
 # Everything stays within KBUILD_GPU_BUDGET seconds (default 540): a stage gets at most what
 # is left, and stages that no longer fit are reported as SKIPPED.
@@ -46,7 +56,8 @@ export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/sit
 export WORK RES PY DEVICE
 
 # name:project:backend (empty backend: every backend the manifest lists)
-PROJECTS=("img2gray:.:$DEVICE" "activation:examples/activation:$DEVICE" "rmsnorm:examples/rmsnorm:")
+PROJECTS=("img2gray:.:$DEVICE" "activation:examples/activation:$DEVICE" "rmsnorm:examples/rmsnorm:$DEVICE")
+TEST_MARK=${KBUILD_GPU_TEST_MARK:-not slow}
 
 have() { local f; for f in $1; do [[ -e $f ]] && return 0; done; return 1; }  # glob matches?
 
@@ -82,13 +93,13 @@ fi
 want_all=1 STAGES=()
 for a in "$@"; do
   case $a in
-    build|test|sanitize|bench) STAGES+=("$a"); want_all=0 ;;
+    build|test|sanitize|bench|e2e|profile|tune) STAGES+=("$a"); want_all=0 ;;
     all) want_all=1 ;;
-    -h|--help) sed -n '2,23p' "$SELF"; exit 0 ;;
-    *) echo "unknown stage '$a' (build, test, sanitize, bench)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,33p' "$SELF"; exit 0 ;;
+    *) echo "unknown stage '$a' (build, test, bench, e2e, sanitize, profile, tune)" >&2; exit 2 ;;
   esac
 done
-wants() { [[ $want_all == 1 ]] && return 0; local s; for s in "${STAGES[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
+wants() { [[ $want_all == 1 && $1 != tune ]] && return 0; local s; for s in "${STAGES[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
 
 mkdir -p "$RES" "$OUT"
 rm -f "$RES"/*.log "$RES/stages.txt" "$RES/bench-summary.md"
@@ -150,7 +161,7 @@ if torch.cuda.is_available():
     print(f"  {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB, capability "
           f"{p.major}.{p.minor}, L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB")
 from importlib import metadata
-for name in ("triton", "kernels", "cupy", "matplotlib", "rich", "typer", "pydantic"):
+for name in ("triton", "kernels", "transformers", "cupy", "matplotlib", "rich", "typer", "pydantic"):
     try:
         importlib.import_module(name)
         dist = "cupy-cuda13x" if name == "cupy" else name
@@ -177,7 +188,7 @@ stage build 360 bash "$SELF" __build
 
 # --- test --------------------------------------------------------------------------------------
 if wants test; then
-  stage test 300 "$PY" -m pytest tests examples -q -m "not slow" -p no:cacheprovider --durations=15
+  stage test 300 "$PY" -m pytest tests examples -q -m "$TEST_MARK" -p no:cacheprovider --durations=15
 fi
 
 # --- bench -------------------------------------------------------------------------------------
@@ -186,12 +197,25 @@ if wants bench; then
     --format=csv >"$RES/clocks-before-bench.txt" 2>&1
   for spec in "${PROJECTS[@]}"; do
     IFS=: read -r name proj _ <<<"$spec"
+    [[ -n ${KBUILD_GPU_BENCH:-} && " $KBUILD_GPU_BENCH " != *" $name "* ]] && continue
     stage "bench-$name" 240 bash "$SELF" __bench "$name" "$proj"
   done
+  pack
+fi
+
+summarize() {
   "$PY" gpu/summary.py "$RES/bench" --out "$RES/bench-summary.md" >/dev/null 2>"$RES/summary-errors.log" \
     || echo "no benchmark summary (see summary-errors.log)"
   pack
+}
+
+# --- e2e ---------------------------------------------------------------------------------------
+if wants e2e; then
+  E2E=(--rmsnorm "$WORK/rmsnorm" --activation "$WORK/activation" --out "$RES/bench" --device "$DEVICE")
+  if [[ $DEVICE == cpu ]]; then E2E+=(--smoke); else E2E+=(--compile); fi
+  stage e2e 300 "$PY" benchmarks/e2e_llama.py "${E2E[@]}"
 fi
+if wants bench || wants e2e; then summarize; fi
 
 # --- sanitize ----------------------------------------------------------------------------------
 if wants sanitize; then
@@ -206,8 +230,24 @@ if wants sanitize; then
     --device "$DEVICE" --rmsnorm "$WORK/rmsnorm/build"
 fi
 
+# --- profile -----------------------------------------------------------------------------------
+if wants profile && [[ $DEVICE == cuda ]]; then
+  KERNELS=(--rmsnorm "$WORK/rmsnorm/build" --activation "$WORK/activation/build")
+  stage profile 120 "$PY" gpu/profile.py "${KERNELS[@]}" --out "$RES/bench"
+  NCU=$(command -v ncu || echo "$(dirname "$(command -v nvcc)")/ncu")
+  stage ncu 150 "$NCU" --clock-control none -c 40 --section SpeedOfLight --section LaunchStats \
+    --section Occupancy --section MemoryWorkloadAnalysis \
+    -k 'regex:rms_norm|silu_and_mul|unary_kernel|img2gray|vectorized_layer_norm|rms' \
+    "$PY" gpu/profile.py "${KERNELS[@]}" --img2gray "$WORK/img2gray/build" --ncu
+fi
+
+# --- tune --------------------------------------------------------------------------------------
+if wants tune && [[ $DEVICE == cuda ]]; then
+  stage tune 150 "$PY" gpu/tune/tune.py --back-to-back --reps 20 --out "$RES/tune"
+fi
+
 # --- the builder's own tests last (they matter least for the GPU) ------------------------------
-if wants test; then
+if wants test && [[ ${KBUILD_GPU_TOOLS_TESTS:-1} != 0 ]]; then
   # The builder's own tests, less those that need PyPI or huggingface_hub >= 2.3 (the
   # publishing stack): the image has huggingface_hub 1.x and no network. CI runs them all.
   stage tools-tests 240 "$PY" -m pytest tools/tests -q -m "not slow" -p no:cacheprovider --durations=10 \

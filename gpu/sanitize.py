@@ -1,4 +1,4 @@
-"""Every CUDA kernel of img2gray and activation (and rmsnorm's Triton kernel) on odd shapes,
+"""Every CUDA kernel of img2gray, activation and rmsnorm on odd shapes,
 small enough to run quickly under compute-sanitizer:
 
     compute-sanitizer --tool memcheck --error-exitcode 1 \\
@@ -181,6 +181,10 @@ def sanitize_activation(kernel) -> None:
                             return f"{op} did not return its out"
                         return mismatch(out, ref, tol)
                     case(f"{op} {dtype} {shape} in+{in_off} out+{out_off}", run)
+                functional = getattr(kernel.ops, f"{op}_functional")
+                for in_off in (0, 1):
+                    case(f"{op}_functional {dtype} {shape} in+{in_off}",
+                         lambda in_off=in_off: mismatch(functional(on_gpu(x_cpu, in_off)), ref, tol))
             # 2-D layouts: row-strided and transposed inputs and outputs.
             rows, cols = (37, 10) if op == "silu_and_mul" else (37, 5)
             x_cpu = (3 * torch.randn(rows, cols, generator=gen)).to(dtype)
@@ -224,9 +228,15 @@ def sanitize_activation(kernel) -> None:
                 case(f"{op} {dtype} {rows}x{cols} {label}", run)
 
 
-# --- rmsnorm (Triton) --------------------------------------------------------------------------
+# --- rmsnorm ------------------------------------------------------------------------------------
 
-RMS_SHAPES = [(1, 1), (1, 7), (3, 1), (1023, 517), (2, 4096), (5, 3, 17), (0, 8), (4, 8193)]
+# Every launch path of the CUDA kernel: rows of 1, 2, 4 and 8 packs per thread (up to 512
+# threads per row), several rows per block (short rows), the two-pass kernel (rows longer than
+# 4096 packs, and rows that are not whole 16-byte packs), row counts that leave a block partly
+# empty, empty tensors.
+RMS_SHAPES = [(1, 1), (1, 7), (3, 1), (1023, 517), (2, 4096), (5, 3, 17), (0, 8), (4, 8193),
+              (3, 8), (33, 64), (7, 200), (9, 2048), (5, 4096), (3, 8192), (2, 16384),
+              (2, 32768), (2, 36864), (1, 40000), (130, 24)]
 
 
 def sanitize_rmsnorm(kernel) -> None:
@@ -241,19 +251,27 @@ def sanitize_rmsnorm(kernel) -> None:
                 case(f"rms_norm {dtype} {shape} x+{off}",
                      lambda off=off: mismatch(kernel.rms_norm(on_gpu(x_cpu, off), on_gpu(w_cpu), 1e-6),
                                               ref, tol))
-        x_cpu = torch.randn(37, 20, generator=gen).to(dtype)
-        w_cpu = torch.randn(20, generator=gen).to(dtype)
+            if dtype != torch.float32:  # a float32 weight: the kernels' mixed-type path
+                w32 = w_cpu.float()
+                ref32 = kernel.rms_norm_reference(x_cpu, w32, 1e-6)
+                case(f"rms_norm {dtype} {shape} float32 weight",
+                     lambda: mismatch(kernel.rms_norm(on_gpu(x_cpu), on_gpu(w32), 1e-6), ref32, tol))
+        x_cpu = torch.randn(37, 24, generator=gen).to(dtype)
+        w_cpu = torch.randn(24, generator=gen).to(dtype)
         ref = kernel.rms_norm_reference(x_cpu, w_cpu, 1e-6)
 
-        def strided():
-            x = row_strided((37, 20), dtype, 3)
+        def strided(pad):
+            x = row_strided((37, 24), dtype, pad)
             x.copy_(x_cpu)
             return mismatch(kernel.rms_norm(x, on_gpu(w_cpu), 1e-6), ref, tol)
 
-        case(f"rms_norm {dtype} 37x20 row-strided", strided)
-        case(f"rms_norm {dtype} 37x20 transposed",
+        case(f"rms_norm {dtype} 37x24 row-strided (pad 3)", lambda: strided(3))
+        case(f"rms_norm {dtype} 37x24 row-strided (pad 8)", lambda: strided(8))
+        case(f"rms_norm {dtype} 37x24 transposed",
              lambda: mismatch(kernel.rms_norm(on_gpu(x_cpu.t().contiguous()).t(), on_gpu(w_cpu),
                                               1e-6), ref, tol))
+        case(f"rms_norm {dtype} 37x24 weight+1",
+             lambda: mismatch(kernel.rms_norm(on_gpu(x_cpu), on_gpu(w_cpu, 1), 1e-6), ref, tol))
 
 
 def main() -> int:

@@ -1,12 +1,16 @@
 """Time every variant of a kernel's design-space sweep (gpu/tune/*_variants.cu) on this GPU.
 
-    python gpu/tune/tune.py [img2gray] [activation] [floor] [--out DIR] [--reps N]
+    python gpu/tune/tune.py [img2gray] [activation] [floor] [--out DIR] [--reps N] [--back-to-back]
 
 Each sweep file is compiled with nvcc for this GPU's architecture into a small shared library
 (extern "C": variant_count, variant_name, variant_launch) and every variant is checked
 against a PyTorch reference and timed with the benchmark harness (kbuild_bench.harness: CUDA
 events, median, L2 flushed before each call), beside the 1 GiB copy and PyTorch eager in the
 same run. Prints the best variants per case and writes tune-<kernel>.json.
+
+--back-to-back: img2gray only, timed as the benchmarks' main figure (calls issued back to back,
+wall clock per call, inputs rotating through copies larger than the L2), at 1080x1920, 4096^2,
+4095x4097 and 8192^2; writes tune-img2gray-b2b.json.
 
 `floor` measures what the timing method itself costs at img2gray's 4096x4096 size (67 MB
 moved): an empty kernel, a copy of the same byte count, and one img2gray variant timed three
@@ -49,14 +53,20 @@ def names(dll) -> list[str]:
     return [dll.variant_name(i).decode() for i in range(dll.variant_count())]
 
 
-def sweep(cases, dll, reps: int, copy_gbps: float) -> list[dict]:
+def sweep(cases, dll, reps: int, copy_gbps: float, b2b: bool = False) -> list[dict]:
     rows = []
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     variants = names(dll)
+
+    def time(fn):
+        if b2b:
+            return benchlib.time_back_to_back([fn], "cuda", warmup=3)[0]
+        return benchlib.time_fn(fn, "cuda", reps=reps, warmup=3)
+
     for case, nbytes, make, baselines, run_variant, check in cases:
         args = make()
         for bname, bfn in baselines(args).items():
-            t = benchlib.time_fn(bfn, "cuda", reps=reps, warmup=3)
+            t = time(bfn)
             rows.append({"case": case, "impl": bname, "median_ms": t.median_ms,
                          "gbps": benchlib.gbps(nbytes, t.median_ms),
                          "x_copy": benchlib.gbps(nbytes, t.median_ms) / copy_gbps, "ok": True})
@@ -65,7 +75,7 @@ def sweep(cases, dll, reps: int, copy_gbps: float) -> list[dict]:
             fn()
             torch.cuda.synchronize()
             ok, err = check(args)
-            t = benchlib.time_fn(fn, "cuda", reps=reps, warmup=3)
+            t = time(fn)
             g = benchlib.gbps(nbytes, t.median_ms)
             rows.append({"case": case, "impl": vname, "median_ms": t.median_ms, "gbps": g,
                          "x_copy": g / copy_gbps, "ok": ok, "err": err})
@@ -74,25 +84,31 @@ def sweep(cases, dll, reps: int, copy_gbps: float) -> list[dict]:
     return rows
 
 
-def img2gray_cases():
+def img2gray_cases(shapes=((1080, 1920), (4096, 4096), (4095, 4097), (8192, 8192),
+                            (8191, 8191), (16384, 16384)), rotate: bool = False):
     def make_for(h, w):
         def make():
             rgb = torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, device="cuda")
             f = rgb.float()
             ref = (f[..., 0] * 0.21 + f[..., 1] * 0.72 + f[..., 2] * 0.07).to(torch.uint8)
-            return {"rgb": rgb, "out": torch.empty((h, w), dtype=torch.uint8, device="cuda"),
-                    "ref": ref}
+            next_rgb = benchlib.input_cycle(rgb) if rotate else (lambda: rgb)
+            return {"rgb": rgb, "next": next_rgb, "ref": ref,
+                    "out": torch.empty((h, w), dtype=torch.uint8, device="cuda")}
         return make
 
     def baselines(a):
-        rgb = a["rgb"]
+        nxt = a["next"]
+
         def eager():
-            f = rgb.float()
+            f = nxt().float()
             return (f[..., 0] * 0.21 + f[..., 1] * 0.72 + f[..., 2] * 0.07).to(torch.uint8)
-        return {"torch-eager": eager}
+        src = nxt()
+        half = torch.empty(src.numel() // 3 * 2, dtype=torch.uint8, device="cuda")
+        other = torch.empty_like(half)
+        return {"torch-eager": eager, "copy_ of the same bytes": lambda: other.copy_(half)}
 
     def run(dll, i, a, stream):
-        rc = dll.variant_launch(i, a["rgb"].data_ptr(), a["out"].data_ptr(), a["out"].numel(),
+        rc = dll.variant_launch(i, a["next"]().data_ptr(), a["out"].data_ptr(), a["out"].numel(),
                                 stream)
         assert rc == 0, rc
 
@@ -101,8 +117,7 @@ def img2gray_cases():
         a["out"].fill_(0)
         return bad == 0, bad
 
-    for h, w in [(1080, 1920), (4096, 4096), (4095, 4097), (8192, 8192), (8191, 8191),
-                 (16384, 16384)]:
+    for h, w in shapes:
         yield f"{h}x{w}", 4 * h * w, make_for(h, w), baselines, run, check
 
 
@@ -201,10 +216,20 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/kbuild-tune"))
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--back-to-back", action="store_true", help="img2gray, timed back to back")
     a = p.parse_args()
     copy = benchlib.copy_bandwidth("cuda")
     print(f"copy {copy['gbps']:.0f} GB/s on {torch.cuda.get_device_name()}")
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.back_to_back:
+        cases = img2gray_cases(((1080, 1920), (4096, 4096), (4095, 4097), (8192, 8192)),
+                               rotate=True)
+        rows = sweep(cases, build("img2gray", a.work), a.reps, copy["gbps"], b2b=True)
+        report("img2gray (back to back)", rows, a.top)
+        (a.out / "tune-img2gray-b2b.json").write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "copy": copy, "timer": "back to back",
+             "rows": rows}, indent=1))
+        return 0
     for kernel in a.kernels:
         if kernel == "floor":
             rows = floor(a.reps, copy["gbps"], a.work)

@@ -1,31 +1,42 @@
 """Shared harness of the kernel benchmarks (`benchmarks/benchmark_*.py`, `kbuild bench`).
 
-Timing: on CUDA, CUDA events around each call after a warm-up, the median of `reps` calls.
-The implementations of one case are timed interleaved (`time_interleaved`: ROUNDS rounds, each
-timing every implementation in turn), and calls under SHORT_MS get SHORT_REPS samples.
-Before every timed call a 512 MiB buffer is read (summed): that evicts the inputs from the L2
-(60 MB on an H200), so every call reads its data from device memory, and leaves the L2 full
-of clean lines, so no write-back of an earlier call's dirty lines lands inside the timed
-call (a zeroing flush would leave tens of MB of them). It also keeps the GPU busy while the
-CPU enqueues the call, so launch overhead on the host stays out of the figure. On the CPU,
-`time.perf_counter` around each call (no flush).
+Two kinds of case, each timing all implementations of the case in the same run:
+
+- bandwidth (large tensors): calls issued back to back, as a model issues its ops, and timed
+  by the wall clock (`time_back_to_back`): a batch of calls between two device
+  synchronisations, long enough (>= B2B_TARGET_MS) that the synchronisation is negligible;
+  the per-call figure is the batch time over its calls, the median over B2B_ROUNDS batches,
+  implementations interleaved round by round. Host work (Python, dispatch, launch) counts
+  whenever it is longer than the device's, exactly as in a model. Inputs rotate through copies
+  that together exceed the L2 several times (`input_cycle`), so each call reads its input from
+  device memory. As an extra column, the single call with the L2 flushed (`time_interleaved`):
+  CUDA events around one call, a 512 MiB buffer read before it (evicts the inputs from the
+  60 MB L2 and leaves only clean lines there); that figure hides host cost, because the flush
+  keeps the GPU busy while the host submits the call.
+- latency (decode sizes): the same back-to-back wall-clock timing on small tensors, where the
+  per-call cost is mostly host work; no flush, no rotation (a model's small activations are in
+  the L2 anyway).
+
+On the CPU, the same back-to-back timing with no synchronisation.
 
 Bandwidth: each benchmark states its byte count (the fewest bytes the op must move: every
-input read once, every output written once); GB/s = bytes / median time / 1e9. The ceiling
+input read once, every output written once); GB/s = bytes / per-call time / 1e9. The ceiling
 is `copy_bandwidth`: a device-to-device copy of 1 GiB measured in the same run, its bytes
 counted as read + written (2 GiB). `x_copy` = GB/s / copy GB/s.
 
 A result is a dict: run metadata, `copy`, and `rows`, one row per (case, impl):
-    kernel, group, case, shape, dtype, impl, median_ms, min_ms, mean_ms, reps, bytes,
-    gbps, x_copy, speedup (other impl -> its median / this median, same case), ok,
-    max_abs_err, note, error
-`write_json`, `plot` (PNG, GB/s per impl per case, copy as a line) and `print_table` take it.
+    kernel, group, case, kind ("bandwidth" / "latency"), shape, dtype, impl, median_ms
+    (back to back, per call), min_ms, mean_ms, reps (calls timed), bytes, gbps, x_copy,
+    flushed_ms, flushed_gbps, flushed_x_copy (bandwidth cases on CUDA), speedup (other impl ->
+    its median / this median, same case), ok, max_abs_err, note, error
+`write_json`, `plot` (PNG: GB/s and per-call time per impl per case) and `print_table` take it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import platform
@@ -129,6 +140,67 @@ def time_interleaved(fns: list[Callable[[], Any]], device: str | torch.device, *
     return [_timing(t) for t in samples]
 
 
+B2B_TARGET_MS = 2.0   # a batch of back-to-back calls lasts at least this long
+B2B_ROUNDS = 15
+B2B_MAX_CALLS = 4000
+ROTATE_BYTES = 256 << 20  # inputs of bandwidth cases rotate through this many bytes of copies
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _batch_ms(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
+    """Wall-clock ms per call of `calls` calls issued back to back between two syncs."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e3 / calls
+
+
+def time_back_to_back(fns: list[Callable[[], Any]], device: str | torch.device, *,
+                      rounds: int = B2B_ROUNDS, warmup: int = 10,
+                      target_ms: float = B2B_TARGET_MS) -> list[Timing]:
+    """Per-call wall-clock time of each fn called back to back (host work included).
+
+    Each fn gets a batch size that makes a batch last at least `target_ms`; then `rounds`
+    rounds time one batch of every fn in turn. Timing = median / min / mean over the rounds."""
+    device = torch.device(device)
+    for fn in fns:
+        for _ in range(max(1, warmup)):
+            fn()
+    calls = []
+    for fn in fns:
+        n = 1
+        while True:
+            ms = _batch_ms(fn, device, n) * n
+            if ms >= target_ms or n >= B2B_MAX_CALLS:
+                break
+            n = min(B2B_MAX_CALLS, max(2 * n, int(n * 1.2 * target_ms / max(ms, 1e-3))))
+        calls.append(n)
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            samples[i].append(_batch_ms(fn, device, calls[i]))
+    return [Timing(statistics.median(t), min(t), statistics.fmean(t), len(t) * n)
+            for t, n in zip(samples, calls)]
+
+
+def input_cycle(t: torch.Tensor, total_bytes: int = ROTATE_BYTES,
+                limit: int = 64) -> Callable[[], torch.Tensor]:
+    """A function returning `t` and equal copies of it in turn: enough copies (on CUDA) that
+    together they exceed the L2 several times, so a call issued right after another reads its
+    input from device memory rather than from the cache."""
+    copies = [t]
+    if t.device.type == "cuda":
+        nbytes = max(1, t.numel() * t.element_size())
+        copies += [t.clone() for _ in range(min(limit, -(-total_bytes // nbytes)) - 1)]
+    return itertools.cycle(copies).__next__
+
+
 def gbps(nbytes: int, ms: float) -> float:
     return nbytes / ms / 1e6 if ms > 0 else float("nan")
 
@@ -189,6 +261,7 @@ class Suite:
     device: str
     reps: int = 50
     warmup: int = 10
+    rounds: int = B2B_ROUNDS
     bytes_formula: str = ""
     quick: bool = False
     variant: str | None = None
@@ -205,17 +278,22 @@ class Suite:
         return self.copy
 
     def run_case(self, case: str, nbytes: int, impls: list[Impl], *, shape=None, dtype=None,
-                 group: str | None = None) -> list[dict]:
-        """Times every impl of one case and appends its rows (speedups within the case)."""
+                 group: str | None = None, kind: str = "bandwidth") -> list[dict]:
+        """Times every impl of one case and appends its rows (speedups within the case).
+
+        kind "bandwidth": back to back, plus the flushed single call on CUDA; "latency":
+        back to back only (decode sizes)."""
         copy_gbps = self.copy.get("gbps")
+        cuda = torch.device(self.device).type == "cuda"
         rows = []
         runnable = []
         for impl in impls:
-            row = {"kernel": self.kernel, "group": group, "case": case,
+            row = {"kernel": self.kernel, "group": group, "case": case, "kind": kind,
                    "shape": list(shape) if shape is not None else None,
                    "dtype": str(dtype).removeprefix("torch.") if dtype is not None else None,
                    "impl": impl.name, "median_ms": None, "min_ms": None, "mean_ms": None,
                    "reps": None, "bytes": nbytes, "gbps": None, "x_copy": None,
+                   "flushed_ms": None, "flushed_gbps": None, "flushed_x_copy": None,
                    "speedup": {}, "ok": impl.ok and impl.error is None,
                    "max_abs_err": impl.max_abs_err, "note": impl.note, "error": impl.error}
             if impl.error is None:
@@ -225,22 +303,29 @@ class Suite:
                 except Exception as e:
                     row.update(ok=False, error=f"{type(e).__name__}: {e}"[:500])
             rows.append(row)
+        fns = [impl.fn for impl, _ in runnable]
         try:
-            timings = time_interleaved([impl.fn for impl, _ in runnable], self.device,
-                                       reps=self.reps, warmup=self.warmup)
+            timings = time_back_to_back(fns, self.device, rounds=self.rounds, warmup=self.warmup)
+            flushed = (time_interleaved(fns, self.device, reps=self.reps, warmup=1)
+                       if kind == "bandwidth" and cuda else [None] * len(fns))
         except Exception as e:
-            timings = []
+            timings, flushed = [], []
             for _, row in runnable:
                 row.update(ok=False, error=f"{type(e).__name__}: {e}"[:500])
-        for (impl, row), t in zip(runnable, timings):
+        for (impl, row), t, f in zip(runnable, timings, flushed):
             row.update(median_ms=t.median_ms, min_ms=t.min_ms, mean_ms=t.mean_ms, reps=t.reps,
                        gbps=gbps(nbytes, t.median_ms))
+            if f is not None:
+                row.update(flushed_ms=f.median_ms, flushed_gbps=gbps(nbytes, f.median_ms))
             if copy_gbps:
                 row["x_copy"] = row["gbps"] / copy_gbps
+                if row["flushed_gbps"]:
+                    row["flushed_x_copy"] = row["flushed_gbps"] / copy_gbps
         for row in rows:
             label = f"{group} {case}" if group else case
-            print(f"  {label:<28} {row['impl']:<12} "
-                  f"{_fmt(row['median_ms'], '.4f'):>10} ms {_fmt(row['gbps'], '.1f'):>8} GB/s"
+            per_call = _fmt(row["median_ms"] and row["median_ms"] * 1e3, ".2f")
+            print(f"  {label:<28} {row['impl']:<12} {per_call:>10} us/call "
+                  f"{_fmt(row['gbps'], '.1f'):>8} GB/s"
                   f"{'' if row['ok'] else '  FAILED ' + (row['error'] or 'verification')}",
                   flush=True)
         for row in rows:
@@ -276,11 +361,15 @@ class Suite:
             "kernel": self.kernel, "device": dev.type, "device_name": device_name, **extra,
             "torch": torch.__version__, "triton": triton_version,
             "python": platform.python_version(), "variant": self.variant,
-            "timer": ("cuda-events, median, L2 flushed (512 MiB read) before each call, "
-                      f"implementations interleaved in {ROUNDS} rounds, {SHORT_REPS} samples "
-                      f"for calls under {SHORT_MS * 1e3:.0f} us"
-                      if dev.type == "cuda" else "perf_counter, median"),
-            "reps": self.reps, "warmup": self.warmup, "quick": self.quick,
+            "timer": (f"wall clock per call, calls back to back (batches of >= {B2B_TARGET_MS} ms "
+                      f"between device syncs, median of {self.rounds} batches, implementations "
+                      "interleaved; bandwidth cases rotate inputs through "
+                      f"{ROTATE_BYTES >> 20} MiB of copies); flushed column: CUDA events around "
+                      f"one call after a 512 MiB read, median, {ROUNDS} interleaved rounds"
+                      if dev.type == "cuda" else
+                      "wall clock per call, calls back to back, median of batches"),
+            "reps": self.reps, "warmup": self.warmup, "rounds": self.rounds,
+            "quick": self.quick,
             "command": self.command(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "bytes_formula": self.bytes_formula, "copy": self.copy,
@@ -307,8 +396,37 @@ def write_json(result: dict, out_dir: Path) -> Path:
     return path
 
 
+def _bars(ax, rows: list[dict], impls: list[str], colors: dict, value, label_of) -> float:
+    """Grouped bars of value(row) per case and impl; returns the tallest bar."""
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    bar = 0.8 / len(impls)
+    top = 1e-9
+    for j, name in enumerate(impls):
+        xs, ys = [], []
+        for i, case in enumerate(cases):
+            for r in rows:
+                if r["case"] == case and r["impl"] == name and value(r):
+                    xs.append(i + (j - (len(impls) - 1) / 2) * bar)
+                    ys.append(value(r))
+        if xs:
+            ax.bar(xs, ys, bar, label=name, color=colors[name],
+                   edgecolor="black" if name == OURS else None)
+            top = max(top, *ys)
+    for i, case in enumerate(cases):
+        for r in rows:
+            if r["case"] == case and r["impl"] == OURS and value(r) and label_of(r):
+                j = impls.index(OURS)
+                ax.text(i + (j - (len(impls) - 1) / 2) * bar, value(r) + 0.01 * top,
+                        label_of(r), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels(cases, rotation=20 if len(cases) > 4 else 0, fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return top
+
+
 def plot(result: dict, out_dir: Path) -> Path | None:
-    """PNG: GB/s per impl per case (one panel per group), the copy bandwidth as a line."""
+    """PNG: per group, GB/s back to back per impl and case (copy as a line), and the per-call
+    time at decode sizes."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -319,49 +437,39 @@ def plot(result: dict, out_dir: Path) -> Path | None:
     rows = result["rows"]
     if not rows:
         return None
-    groups = list(dict.fromkeys(r["group"] for r in rows))
+    panels = list(dict.fromkeys((r["group"], r.get("kind", "bandwidth")) for r in rows))
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     colors = {name: f"C{i}" for i, name in enumerate(impls)}
-    ncases = max(len({r["case"] for r in rows if r["group"] == g}) for g in groups)
+    ncases = max(len({r["case"] for r in rows if (r["group"], r.get("kind", "bandwidth")) == p})
+                 for p in panels)
     width = max(7.0, 0.35 * ncases * (len(impls) + 1) + 2)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(width, 3.6 * len(groups)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, 3.4 * len(panels)), squeeze=False)
     copy_gbps = result.get("copy", {}).get("gbps")
-    bar = 0.8 / len(impls)
-    for ax, group in zip(axes[:, 0], groups):
-        grows = [r for r in rows if r["group"] == group]
-        cases = list(dict.fromkeys(r["case"] for r in grows))
-        for j, name in enumerate(impls):
-            xs, ys = [], []
-            for i, case in enumerate(cases):
-                for r in grows:
-                    if r["case"] == case and r["impl"] == name and r["gbps"]:
-                        xs.append(i + (j - (len(impls) - 1) / 2) * bar)
-                        ys.append(r["gbps"])
-            if xs:
-                ax.bar(xs, ys, bar, label=name, color=colors[name],
-                       edgecolor="black" if name == OURS else None)
-        top = max([r["gbps"] for r in grows if r["gbps"]] + [copy_gbps or 0] + [1e-9])
-        for i, case in enumerate(cases):
-            for r in grows:
-                if r["case"] == case and r["impl"] == OURS and r["gbps"] and r["x_copy"]:
-                    j = impls.index(OURS)
-                    ax.text(i + (j - (len(impls) - 1) / 2) * bar, r["gbps"] + 0.01 * top,
-                            f"{r['x_copy']:.2f}x", ha="center", va="bottom", fontsize=7)
-        if copy_gbps:
-            ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=1,
-                       label=f"copy {copy_gbps:.0f} GB/s")
+    for ax, (group, kind) in zip(axes[:, 0], panels):
+        prow = [r for r in rows if (r["group"], r.get("kind", "bandwidth")) == (group, kind)]
+        pimpls = [i for i in impls if any(r["impl"] == i for r in prow)]
+        where = f"{result['kernel']}{' ' + group if group else ''} on {result['device_name']}"
+        if kind == "latency":
+            top = _bars(ax, prow, pimpls, colors, lambda r: r["median_ms"] and r["median_ms"] * 1e3,
+                        lambda r: f"{r['median_ms'] * 1e3:.1f}")
+            ax.set_ylabel("us per call")
+            ax.set_title(f"{where}: per call at decode sizes, back to back (lower is better)",
+                         fontsize=10)
+        else:
+            top = _bars(ax, prow, pimpls, colors, lambda r: r["gbps"],
+                        lambda r: r["x_copy"] and f"{r['x_copy']:.2f}x")
+            if copy_gbps:
+                ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=1,
+                           label=f"copy {copy_gbps:.0f} GB/s")
+                top = max(top, copy_gbps)
+            ax.set_ylabel("GB/s")
+            ax.set_title(f"{where}: back to back", fontsize=10)
         ax.set_ylim(0, top * 1.25)
-        ax.set_xticks(range(len(cases)))
-        ax.set_xticklabels(cases, rotation=20 if len(cases) > 4 else 0, fontsize=8)
-        ax.set_ylabel("GB/s")
-        ax.set_title(f"{result['kernel']}{' ' + group if group else ''} on "
-                     f"{result['device_name']}", fontsize=10)
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7, ncol=min(len(impls) + 1, 6), loc="upper left")
+        ax.legend(fontsize=7, ncol=min(len(pimpls) + 1, 6), loc="upper left")
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{result['kernel']}.png"
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -371,11 +479,15 @@ def print_table(result: dict) -> None:
     copy = result.get("copy", {})
     title = (f"{result['kernel']} on {result['device_name']} ({result['device']}), "
              f"{result.get('variant') or '?'}\ncopy bandwidth {_fmt(copy.get('gbps'), '.1f')} "
-             f"GB/s; bytes = {result['bytes_formula']}; x copy = GB/s / copy GB/s")
-    head = ["case", "impl", "median ms", "GB/s", "x copy", "ours faster by", "ok"]
+             f"GB/s; bytes = {result['bytes_formula']}; x copy = GB/s / copy GB/s; per call = "
+             "wall clock, calls back to back")
+    head = ["case", "impl", "us per call", "GB/s", "x copy", "flushed x copy", "ours faster by",
+            "ok"]
     lines = []
     for r in result["rows"]:
         case = f"{r['group']} {r['case']}" if r["group"] else r["case"]
+        if r.get("kind") == "latency":
+            case += " (decode)"
         if r["impl"] == OURS:
             vs = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup"].items())
             faster = f"vs {vs}" if vs else "-"
@@ -383,8 +495,9 @@ def print_table(result: dict) -> None:
             faster = _fmt(r["speedup"].get(OURS) and 1 / r["speedup"][OURS], ".2f")
             faster = faster + "x" if faster != "-" else faster
         ok = "yes" if r["ok"] else ("ERROR" if r["error"] else "MISMATCH")
-        lines.append([case, r["impl"], _fmt(r["median_ms"], ".4f"), _fmt(r["gbps"], ".1f"),
-                      _fmt(r["x_copy"], ".3f"), faster, ok])
+        per_call = r["median_ms"] * 1e3 if r["median_ms"] else None
+        lines.append([case, r["impl"], _fmt(per_call, ".2f"), _fmt(r["gbps"], ".1f"),
+                      _fmt(r["x_copy"], ".3f"), _fmt(r.get("flushed_x_copy"), ".3f"), faster, ok])
     try:
         from rich.console import Console
         from rich.table import Table
@@ -432,8 +545,9 @@ def setup(args: argparse.Namespace, kernel: str, bytes_formula: str) -> Suite:
         sys.exit("--device cuda but torch sees no CUDA device")
     reps = args.reps or (5 if args.quick else 50)
     warmup = args.warmup or (2 if args.quick else 10)
+    rounds = 5 if args.quick else B2B_ROUNDS
     if args.device == "cpu" and args.quick:
-        reps, warmup = min(reps, 3), min(warmup, 1)
+        reps, warmup, rounds = min(reps, 3), min(warmup, 1), 3
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
     # One torch.compile per case (static shapes): lift the recompile limit.
@@ -443,7 +557,7 @@ def setup(args: argparse.Namespace, kernel: str, bytes_formula: str) -> Suite:
             setattr(_dynamo.config, name, 256)
         except Exception:
             pass
-    return Suite(kernel=kernel, device=args.device, reps=reps, warmup=warmup,
+    return Suite(kernel=kernel, device=args.device, reps=reps, warmup=warmup, rounds=rounds,
                  bytes_formula=bytes_formula, quick=args.quick)
 
 

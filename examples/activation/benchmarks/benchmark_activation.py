@@ -5,14 +5,21 @@
 (`kbuild bench examples/activation` builds the kernel and runs this.) Loads the kernel through
 `kernels.get_local_kernel(DIR)`; DIR is a built variant, a folder of variants or a project.
 
-Cases: gelu_fast, gelu_tanh, gelu and silu_and_mul at 2^20, 2^24 and 2^28 output elements
-(rows of 4096), float16 and bfloat16; silu_and_mul reads twice as many input elements.
-Bytes = input read + output written (gelu*: 2*n*elsize; silu_and_mul: 3*n*elsize).
+Bandwidth cases: gelu_fast, gelu_tanh, gelu and silu_and_mul at 2^20, 2^24 and 2^28 output
+elements (rows of 4096), float16 and bfloat16, calls back to back (inputs rotating through
+copies larger than the L2), plus the single call with the L2 flushed. Latency cases (decode
+sizes): rows 1, 8, 32, 128 x hidden 2048, 4096, 8192 output elements per row, bfloat16,
+per-call wall clock back to back, host work included. silu_and_mul reads twice as many
+input elements. Bytes = input read + output written (gelu*: 2*n*elsize; silu_and_mul:
+3*n*elsize).
 Implementations, each checked against eager PyTorch before it is timed:
-- ours:    the kernel, writing into a preallocated `out`;
+- ours:    the op, writing into a preallocated `out` (`kernel.gelu_tanh(out, x)`);
+- layer:   our layer's forward (`layers.GeluTanh`, `layers.SiluAndMul`, ...: one functional op
+           that allocates its output), what a kernelized model calls (latency cases);
 - eager:   F.gelu(x, approximate="tanh") (gelu_fast, gelu_tanh), F.gelu(x) (gelu),
-           F.silu(x[..., :d]) * x[..., d:] (silu_and_mul);
-- compile: torch.compile of the same function, one static-shape compile per case.
+           F.silu(x[..., :d]) * x[..., d:] (silu_and_mul: what a model runs unfused);
+- compile: torch.compile of the same function, one static-shape compile per case (bandwidth
+           cases only).
 Writes <out>/activation.json and <out>/activation.png and prints the table, with the copy
 bandwidth measured in the same run. `kernels benchmark` runs the `Benchmark` classes below.
 """
@@ -46,13 +53,15 @@ def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
     return F.silu(x[..., :d]) * x[..., d:]
 
 
-# op -> (PyTorch reference, input elements per output element)
+# op -> (PyTorch reference, input elements per output element, our layer)
 OPS = {
-    "gelu_fast": (gelu_tanh_ref, 1),
-    "gelu_tanh": (gelu_tanh_ref, 1),
-    "gelu": (gelu_ref, 1),
-    "silu_and_mul": (silu_and_mul_ref, 2),
+    "gelu_fast": (gelu_tanh_ref, 1, "GeluFast"),
+    "gelu_tanh": (gelu_tanh_ref, 1, "GeluTanh"),
+    "gelu": (gelu_ref, 1, "Gelu"),
+    "silu_and_mul": (silu_and_mul_ref, 2, "SiluAndMul"),
 }
+DECODE_ROWS = (1, 8, 32, 128)
+DECODE_HIDDEN = (2048, 4096, 8192)
 
 
 # --- kernels' runner (`kernels benchmark`) ---------------------------------------------------
@@ -123,43 +132,56 @@ def main(argv: list[str] | None = None) -> int:
 
     if cuda:
         exponents = [20] if args.quick else [20, 24, 28]
+        decode = [(1, 4096)] if args.quick else [(r, h) for h in DECODE_HIDDEN for r in DECODE_ROWS]
     else:
         exponents = [12] if args.quick else [16, 20]
+        decode = [(1, 256)] if args.quick else [(1, 2048), (32, 4096)]
     use_compile = not args.no_compile and not (args.quick and not cuda)
     if not use_compile:
         suite.skipped["compile"] = "--no-compile" if args.no_compile else "--quick on the CPU"
 
     gen = torch.Generator(device=suite.device).manual_seed(42)
-    for op in args.op:
-        ref_fn, ratio = OPS[op]
+
+    def run(op, dtype, in_shape, out_shape, case, kind):
+        ref_fn, _, layer_name = OPS[op]
         fn = getattr(kernel, op)
+        layer = getattr(kernel.layers, layer_name)()
+        tol = TOL[dtype]
+        x = torch.randn(in_shape, dtype=dtype, device=suite.device, generator=gen)
+        out = torch.empty(out_shape, dtype=dtype, device=suite.device)
+        ref = ref_fn(x)
+        next_x = bl.input_cycle(x) if kind == "bandwidth" else (lambda: x)
+
+        def close(r):
+            return bl.compare(r, ref, atol=tol, rtol=tol)
+
+        impls = [bl.prepare("ours", lambda: fn(out, next_x()), close)]
+        if kind == "latency":
+            impls.append(bl.prepare("layer", lambda: layer.forward(next_x()), close,
+                                    note=f"layers.{layer_name}"))
+        impls.append(bl.prepare("eager", lambda: ref_fn(next_x()), close))
+        if use_compile and kind == "bandwidth":
+            compiled, why = bl.compile_fn(ref_fn, True)
+            if compiled is None:
+                impls.append(bl.Impl("compile", lambda: None, ok=False, error=why))
+            else:
+                impls.append(bl.prepare("compile", lambda: compiled(next_x()), close))
+        nbytes = (x.numel() + out.numel()) * x.element_size()
+        suite.run_case(case, nbytes, impls, shape=in_shape, dtype=dtype, group=op, kind=kind)
+
+    for op in args.op:
+        ratio = OPS[op][1]
         for dtype_name in args.dtype:
-            dtype = DTYPES[dtype_name]
-            tol = TOL[dtype]
+            short = {"float16": "fp16", "bfloat16": "bf16"}[dtype_name]
             for k in exponents:
                 in_shape, out_shape = shapes_for(2 ** k, ratio)
-                x = torch.randn(in_shape, dtype=dtype, device=suite.device, generator=gen)
-                out = torch.empty(out_shape, dtype=dtype, device=suite.device)
-                ref = ref_fn(x)
-
-                def close(r, ref=ref, tol=tol):
-                    return bl.compare(r, ref, atol=tol, rtol=tol)
-
-                impls = [bl.prepare("ours", lambda: fn(out, x), close),
-                         bl.prepare("eager", lambda: ref_fn(x), close)]
-                if use_compile:
-                    compiled, why = bl.compile_fn(ref_fn, True)
-                    if compiled is None:
-                        impls.append(bl.Impl("compile", lambda: None, ok=False, error=why))
-                    else:
-                        impls.append(bl.prepare("compile", lambda: compiled(x), close))
-                nbytes = (x.numel() + out.numel()) * x.element_size()
-                short = {"float16": "fp16", "bfloat16": "bf16"}[dtype_name]
-                suite.run_case(f"2^{k} {short}", nbytes, impls, shape=in_shape, dtype=dtype,
-                               group=op)
-                x = out = ref = impls = None  # free this case's memory
+                run(op, DTYPES[dtype_name], in_shape, out_shape, f"2^{k} {short}", "bandwidth")
                 if cuda:
                     torch.cuda.empty_cache()
+        dtype_name = "bfloat16" if "bfloat16" in args.dtype else args.dtype[0]
+        for rows, hidden in decode:
+            run(op, DTYPES[dtype_name], (rows, hidden * ratio), (rows, hidden),
+                f"{rows}x{hidden} {'bf16' if dtype_name == 'bfloat16' else 'fp16'}", "latency")
     return bl.finish(suite, args.out)
 
 

@@ -150,19 +150,53 @@ def test_bad_arguments(activation):
         activation.gelu(torch.empty(4, 8, dtype=torch.float64), x.double())
     with pytest.raises(TypeError, match="out must have x's dtype"):
         activation.gelu_fast(torch.empty(4, 8, dtype=torch.float16), x)
-    with pytest.raises(ValueError, match=r"out must have shape \(4, 8\)"):
+    with pytest.raises(ValueError, match=r"out must have shape \[4, 8\]"):
         activation.gelu_tanh(torch.empty(4, 4), x)
     with pytest.raises(ValueError, match="last dimension of x must be even"):
         activation.silu_and_mul(torch.empty(4, 3), torch.randn(4, 7))
-    with pytest.raises(ValueError, match=r"out must have shape \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"out must have shape \[4, 4\]"):
         activation.silu_and_mul(torch.empty(4, 8), x)
-    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+    with pytest.raises(ValueError, match="share memory"):
+        activation.gelu(torch.empty(1, 8).expand(4, 8), x)
+    with pytest.raises(RuntimeError, match="Expected a value of type 'Tensor'"):
         activation.gelu(torch.empty(2), [1.0, 2.0])
-    # The op itself checks too (e.g. when called through torch.ops).
-    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
-        activation.ops.gelu(torch.empty(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32))
-    with pytest.raises(RuntimeError, match="last dimension of the input must be even"):
-        activation.ops.silu_and_mul(torch.empty(2, 1), torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+        activation.ops.gelu_functional(torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="last dimension of x must be even"):
+        activation.ops.silu_and_mul_functional(torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("shape", [(1, 2), (3, 7, 66), (256, 4096)], ids=str)
+def test_functional_ops(activation, name, shape, dtype, device):
+    torch.manual_seed(42)
+    x = 3 * torch.randn(shape, dtype=dtype, device=device)
+    y = getattr(activation.ops, f"{name}_functional")(x)
+    assert y.shape == out_shape(name, shape) and y.dtype == dtype and y.is_contiguous()
+    tol = TOL[dtype]
+    torch.testing.assert_close(y, REFERENCES[name](x), rtol=tol, atol=tol)
+    strided = x.transpose(0, -1) if x.dim() > 1 and name != "silu_and_mul" else x[..., :2]
+    if name == "silu_and_mul":
+        strided = torch.cat([x, x], -1)[..., : x.shape[-1]]  # row-strided
+    torch.testing.assert_close(getattr(activation.ops, f"{name}_functional")(strided),
+                               REFERENCES[name](strided), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_functional_opcheck_and_compile(activation, name, device):
+    torch.manual_seed(42)
+    op = getattr(activation.ops, f"{name}_functional").default
+    x = torch.randn(4, 8, 32, device=device, dtype=torch.float16)
+    torch.library.opcheck(op, (x,))
+
+    def f(x):
+        return op(x * 2) + 1
+
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x))
 
 
 LAYERS = {
@@ -264,6 +298,18 @@ def test_cuda_more_row_blocks_than_the_grid(activation, name, dtype):
     x = torch.randn(1_100_000, 32, dtype=dtype, device="cuda")[:, :16]
     check(activation, name, x)
     torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_silu_and_mul_is_bit_identical_to_pytorch(activation, dtype):
+    # PyTorch's formula and roundings: a model's outputs (and generated tokens) do not change.
+    torch.manual_seed(42)
+    x = 4 * torch.randn(512, 2 * 2048, dtype=dtype, device="cuda")
+    d = x.shape[-1] // 2
+    expected = F.silu(x[..., :d]) * x[..., d:]
+    torch.testing.assert_close(activation.ops.silu_and_mul_functional(x), expected, rtol=0, atol=0)
 
 
 @pytest.mark.cuda

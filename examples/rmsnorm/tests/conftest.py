@@ -1,4 +1,4 @@
-"""Builds the rmsnorm kernel (all noarch variants) once per session and loads it with `kernels`."""
+"""Builds the rmsnorm kernel once per session into a temp dir and loads it with `kernels`."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def rmsnorm_repo(tmp_path_factory) -> Path:
-    """A repo dir holding build/torch-cpu and build/torch-cuda."""
+    """A repo dir holding `build/<variant>` for this torch (cuda variant on a CUDA torch)."""
     from kbuild.build.pipeline import build
 
     root = tmp_path_factory.mktemp("rmsnorm-repo")

@@ -2,8 +2,8 @@
 
 Every `PROJECT/benchmarks/benchmark*.py` runs as its own process with
 `--variant-dir VARIANT --out OUT --device DEVICE [--quick]`; each writes OUT/<kernel>.json and
-OUT/<kernel>.png and prints its table (see kbuild/benchlib.py). Registered on the main app
-by cli.py.
+OUT/<kernel>.png and prints its table (see tools/kbuild_bench/harness.py). Registered on the
+main app by cli.py.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device
     cmd = [sys.executable, str(script), "--variant-dir", str(variant), "--out", str(out_dir),
            "--device", device, *(["--quick"] if quick else []), *extra]
     env = dict(os.environ)
-    tools = str(Path(__file__).resolve().parents[1])  # so the script finds kbuild.benchlib
+    tools = str(Path(__file__).resolve().parents[2])  # so the script finds kbuild_bench
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tools, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     start = time.monotonic()
@@ -69,19 +69,24 @@ def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device
 
 
 def summary_table(results: list[dict]) -> Table:
-    table = Table("kernel", "case", "ours ms", "GB/s", "x copy", "ours vs baselines", "ok",
-                  title="ours, per case (x copy = achieved / device-to-device copy bandwidth)",
-                  title_justify="left")
+    table = Table("kernel", "case", "ours us/call", "GB/s", "x copy", "flushed x copy",
+                  "ours vs baselines", "ok",
+                  title="ours, per case: calls back to back, wall clock per call (x copy = "
+                        "achieved / device-to-device copy bandwidth; flushed = one call after "
+                        "an L2 flush)", title_justify="left")
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     for res in results:
         for r in res.get("rows", []):
             if r.get("impl") != "ours":
                 continue
             case = f"{r['group']} {r['case']}" if r.get("group") else r["case"]
+            if r.get("kind") == "latency":
+                case += " (decode)"
             vs = ", ".join(f"{k} {v:.2f}x" for k, v in (r.get("speedup") or {}).items())
-            fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-            table.add_row(res["kernel"], case, fmt(r.get("median_ms"), ".4f"),
-                          fmt(r.get("gbps"), ".1f"), fmt(r.get("x_copy"), ".3f"), vs or "-",
-                          "yes" if r.get("ok") else "[red]NO[/]")
+            per_call = r["median_ms"] * 1e3 if r.get("median_ms") else None
+            table.add_row(res["kernel"], case, fmt(per_call, ".2f"), fmt(r.get("gbps"), ".1f"),
+                          fmt(r.get("x_copy"), ".3f"), fmt(r.get("flushed_x_copy"), ".3f"),
+                          vs or "-", "yes" if r.get("ok") else "[red]NO[/]")
     return table
 
 
@@ -110,15 +115,15 @@ def bench(
     scripts = find_benchmarks(project, only)
     if not scripts:
         raise BuildError("no benchmarks to run", file=project / "benchmarks",
-                         hint="add benchmarks/benchmark_<name>.py (see kbuild/benchlib.py)")
+                         hint="add benchmarks/benchmark_<name>.py (see tools/kbuild_bench/harness.py)")
     device = device or default_device()
     if device not in ("cuda", "cpu"):
         raise BuildError(f"unknown --device {device!r}", hint="use cuda or cpu")
     variant = variant_dir.resolve() if variant_dir else build_variant(project, device)
     if not variant.exists():
         raise BuildError("no such variant folder", file=variant)
-    results = (out_dir or Layout.of(project).bench).resolve()
-    results.mkdir(parents=True, exist_ok=True)
+    results_dir = (out_dir or Layout.of(project).bench).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
     extra = [*(["--no-compile"] if no_compile else []),
              *([f"--reps={reps}"] if reps else [])]
 
@@ -126,9 +131,9 @@ def bench(
     for script in scripts:
         out.print(f"[bold]== {script.relative_to(project)}[/] ({device}, {variant.name})",
                    highlight=False)
-        before = {p: p.stat().st_mtime_ns for p in results.glob("*.json")}
-        code, seconds = run_script(script, project, variant, results, device, quick, extra)
-        made = [p for p in sorted(results.glob("*.json"))
+        before = {p: p.stat().st_mtime_ns for p in results_dir.glob("*.json")}
+        code, seconds = run_script(script, project, variant, results_dir, device, quick, extra)
+        made = [p for p in sorted(results_dir.glob("*.json"))
                 if before.get(p) != p.stat().st_mtime_ns]
         runs.append((script, code, seconds, made))
 
@@ -151,6 +156,6 @@ def bench(
                    highlight=False)
     if loaded:
         out.print(summary_table(loaded))
-    out.print(f"results in {results}", highlight=False)
+    out.print(f"results in {results_dir}", highlight=False)
     if any(code for _, code, _, _ in runs):
         raise typer.Exit(1)

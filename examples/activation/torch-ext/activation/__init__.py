@@ -2,7 +2,8 @@
 
 gelu_fast / gelu_tanh: GELU, tanh approximation; gelu: exact (erf) GELU;
 silu_and_mul: silu(x[..., :d]) * x[..., d:] with d = x.shape[-1] // 2.
-float32, float16 and bfloat16; contiguous or strided inputs.
+float32, float16 and bfloat16; contiguous or strided inputs. The ops check their arguments
+(TypeError / ValueError); `ops.<name>_functional(x)` returns a new tensor instead.
 """
 
 import torch
@@ -12,60 +13,50 @@ from ._ops import add_op_namespace_prefix, ops
 
 __all__ = ["gelu_fast", "gelu_tanh", "gelu", "silu_and_mul", "layers"]
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-
-def _fake(out: torch.Tensor, input: torch.Tensor) -> None:
+def _fake_out(out: torch.Tensor, input: torch.Tensor) -> None:
     return None
 
 
+def _fake_functional(input: torch.Tensor) -> torch.Tensor:
+    return input.new_empty(input.shape)
+
+
+def _fake_gated(input: torch.Tensor) -> torch.Tensor:
+    return input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
+
+
 for _name in ("gelu_fast", "gelu_tanh", "gelu", "silu_and_mul"):
-    torch.library.register_fake(add_op_namespace_prefix(_name))(_fake)
+    torch.library.register_fake(add_op_namespace_prefix(_name))(_fake_out)
+    torch.library.register_fake(add_op_namespace_prefix(f"{_name}_functional"))(
+        _fake_gated if _name == "silu_and_mul" else _fake_functional)
 del _name
 
-
-def _check(name: str, out: torch.Tensor, x: torch.Tensor, gated: bool = False) -> None:
-    for arg, t in (("x", x), ("out", out)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(t).__name__}")
-    shape = tuple(x.shape)
-    if gated:
-        if x.dim() == 0 or x.shape[-1] % 2:
-            raise ValueError(f"{name}: the last dimension of x must be even, got shape {shape}")
-        shape = (*shape[:-1], shape[-1] // 2)
-    if x.dtype not in _DTYPES:
-        raise TypeError(f"{name}: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if out.dtype != x.dtype:
-        raise TypeError(f"{name}: out must have x's dtype {x.dtype}, got {out.dtype}")
-    if out.device != x.device:
-        raise ValueError(f"{name}: x is on {x.device} but out is on {out.device}")
-    if tuple(out.shape) != shape:
-        raise ValueError(f"{name}: out must have shape {shape}, got {tuple(out.shape)}")
+_gelu_fast = ops.gelu_fast.default
+_gelu_tanh = ops.gelu_tanh.default
+_gelu = ops.gelu.default
+_silu_and_mul = ops.silu_and_mul.default
 
 
 def gelu_fast(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation (0.5x(1 + tanh(0.79788456x(1 + 0.044715x^2)))), into `out`."""
-    _check("gelu_fast", out, x)
-    ops.gelu_fast(out, x)
+    _gelu_fast(out, x)
     return out
 
 
 def gelu_tanh(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh approximation, as F.gelu(x, approximate="tanh"), into `out`."""
-    _check("gelu_tanh", out, x)
-    ops.gelu_tanh(out, x)
+    _gelu_tanh(out, x)
     return out
 
 
 def gelu(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Exact GELU, as F.gelu(x), into `out`."""
-    _check("gelu", out, x)
-    ops.gelu(out, x)
+    _gelu(out, x)
     return out
 
 
 def silu_and_mul(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """F.silu(x[..., :d]) * x[..., d:] with d = x.shape[-1] // 2, into `out` (shape [..., d])."""
-    _check("silu_and_mul", out, x, gated=True)
-    ops.silu_and_mul(out, x)
+    _silu_and_mul(out, x)
     return out
