@@ -83,3 +83,23 @@ def complete_variants(build: Path) -> list[str]:
         report = check_variant(build / name, load=False)
         assert report.ok, (name, report.problems)
     return names
+
+
+def fake_torch(version: str = "2.13.0", cuda: str | None = None):
+    """A TorchInstall as the planner sees it, without inspecting an interpreter (plan tests)."""
+    from kbuild.build.torch_install import TorchInstall
+    return TorchInstall(python=sys.executable, python_version="3.11", python_include="/nonexistent",
+                        torch_version=version, torch_root="/nonexistent", cuda=cuda, hip=None,
+                        cxx11_abi=True, cxx_std=17, machine="x86_64", system="linux",
+                        site_packages="/nonexistent")
+
+
+def fake_toolkit(version: str, archs: list[str]):
+    """A CudaToolkit of `version` whose nvcc supports `archs` (plan tests; no nvcc is run)."""
+    from packaging.version import Version
+
+    from kbuild.build.toolchain import CudaToolkit
+    toolkit = CudaToolkit(nvcc=Path("/nonexistent/nvcc"), version=Version(version),
+                          root=Path("/nonexistent"))
+    toolkit.__dict__["supported_archs"] = list(archs)
+    return toolkit
