@@ -103,3 +103,34 @@ def fake_toolkit(version: str, archs: list[str]):
                           root=Path("/nonexistent"))
     toolkit.__dict__["supported_archs"] = list(archs)
     return toolkit
+
+
+# A minimal project "demo" written from build.toml text (manifest and plan unit tests).
+MINI_GENERAL = """\
+[general]
+name = "demo"
+version = 1
+edition = 5
+license = "apache-2.0"
+backends = {backends}
+"""
+
+
+def make_project(root: Path, body: str, *, backends: str = '["cpu", "cuda"]',
+                 files: tuple[str, ...] = ()) -> Path:
+    (root / "torch-ext" / "demo").mkdir(parents=True)
+    (root / "torch-ext" / "demo" / "__init__.py").write_text("")
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("// x\n")
+    (root / "build.toml").write_text(MINI_GENERAL.format(backends=backends) + body)
+    return root
+
+
+TORCH = '[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n'
+BINDING = ("torch-ext/torch_binding.cpp",)
+
+
+def kernel(name: str, backend: str, *src: str, extra: str = "") -> str:
+    return (f'\n[kernel.{name}]\nbackend = "{backend}"\ndepends = []\n'
+            f'src = [{", ".join(repr(s).replace(chr(39), chr(34)) for s in src)}]\n{extra}')
