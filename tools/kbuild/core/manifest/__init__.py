@@ -123,7 +123,8 @@ def _error(err: dict, path: Path) -> BuildError:
     if err["type"] == "extra_forbidden":
         known = _known_keys(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-        msg = f"unknown key `{loc[-1]}`" + (f" (did you mean `{close[0]}`?)" if close else "")
+        msg = f"unknown key `{toml_key(loc[-1:])}`" + (f" (did you mean `{close[0]}`?)"
+                                                        if close else "")
         hint = (f"keys here: {', '.join(known)}; see {REFERENCE}" if known
                 else f"remove it; see {REFERENCE}")
     elif err["type"] == "missing":
