@@ -90,7 +90,8 @@ def version_form(parts: int):
 
 def capability(value: str) -> str:
     if not CAPABILITY_RE.match(value):
-        raise ValueError(f"invalid CUDA capability {value!r}; write it like \"9.0\", \"9.0a\", "
+        raise ValueError(f"invalid CUDA capabilities entry {value!r}; write it like \"9.0\", "
+                         "\"9.0a\", "
                          "\"10.0f\", \"12.1\" or \"8.0+PTX\"")
     return value
 
@@ -104,7 +105,7 @@ def rocm_arch(value: str) -> str:
 
 def kernel_dependency(value: str) -> str:
     if value not in KERNEL_DEPENDS:
-        raise ValueError(f"unknown dependency {value!r}; known: {', '.join(KERNEL_DEPENDS)}")
+        raise ValueError(f"unknown dependencies: {value!r}; known: {', '.join(KERNEL_DEPENDS)}")
     return value
 
 
