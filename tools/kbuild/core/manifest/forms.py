@@ -91,8 +91,7 @@ def version_form(parts: int):
 def capability(value: str) -> str:
     if not CAPABILITY_RE.match(value):
         raise ValueError(f"invalid CUDA capabilities entry {value!r}; write it like \"9.0\", "
-                         "\"9.0a\", "
-                         "\"10.0f\", \"12.1\" or \"8.0+PTX\"")
+                         "\"9.0a\", \"10.0f\", \"12.1\" or \"8.0+PTX\"")
     return value
 
 
