@@ -135,9 +135,9 @@ class General(Model):
                                                       "recorded in metadata.json. Default: none.")
     source: GitUrl | None = Field(None, description="Git URL of this kernel project, recorded in "
                                                     "metadata.json. Default: none.")
-    minver: Version3 | None = Field(None, description="Oldest upstream kernel-builder version the "
-                                                      "project needs (major.minor.patch); accepted "
-                                                      "for compatibility, not checked. Default: none.")
+    minver: Version3 | None = Field(None, description="Upstream's `general.minver` (a version, "
+                                                      "major.minor.patch); accepted for "
+                                                      "compatibility, not used here. Default: none.")
     python_depends: GeneralDeps = _python_depends_field("general", "in every variant")
     kernel_depends: list[KernelDependency] = KernelDepends
     hub: Hub = Field(Hub(), description="[general.hub]: where `kbuild upload` publishes.")
