@@ -106,3 +106,54 @@ def complete_variants(build: Path) -> list[str]:
         report = check_variant(build / name, load=False)
         assert report.ok, (name, report.problems)
     return names
+
+
+def fake_torch(version: str = "2.13.0", cuda: str | None = None):
+    """A TorchInstall as the planner sees it, without inspecting an interpreter (plan tests)."""
+    from kbuild.build.torch_install import TorchInstall
+    return TorchInstall(python=sys.executable, python_version="3.11", python_include="/nonexistent",
+                        torch_version=version, torch_root="/nonexistent", cuda=cuda, hip=None,
+                        cxx11_abi=True, cxx_std=17, machine="x86_64", system="linux",
+                        site_packages="/nonexistent")
+
+
+def fake_toolkit(version: str, archs: list[str]):
+    """A CudaToolkit of `version` whose nvcc supports `archs` (plan tests; no nvcc is run)."""
+    from packaging.version import Version
+
+    from kbuild.build.toolchain import CudaToolkit
+    toolkit = CudaToolkit(nvcc=Path("/nonexistent/nvcc"), version=Version(version),
+                          root=Path("/nonexistent"))
+    toolkit.__dict__["supported_archs"] = list(archs)
+    return toolkit
+
+
+# A minimal project "demo" written from build.toml text (manifest and plan unit tests).
+MINI_GENERAL = """\
+[general]
+name = "demo"
+version = 1
+edition = 5
+license = "apache-2.0"
+backends = {backends}
+"""
+
+
+def make_project(root: Path, body: str, *, backends: str = '["cpu", "cuda"]',
+                 files: tuple[str, ...] = ()) -> Path:
+    (root / "torch-ext" / "demo").mkdir(parents=True)
+    (root / "torch-ext" / "demo" / "__init__.py").write_text("")
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("// x\n")
+    (root / "build.toml").write_text(MINI_GENERAL.format(backends=backends) + body)
+    return root
+
+
+TORCH = '[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n'
+BINDING = ("torch-ext/torch_binding.cpp",)
+
+
+def kernel(name: str, backend: str, *src: str, extra: str = "") -> str:
+    return (f'\n[kernel.{name}]\nbackend = "{backend}"\ndepends = []\n'
+            f'src = [{", ".join(repr(s).replace(chr(39), chr(34)) for s in src)}]\n{extra}')

@@ -9,8 +9,8 @@ from packaging.version import Version
 
 from ..core.errors import BuildError
 from ..core.gitinfo import GitState, build_uid
-from ..core.layout import MANIFEST
-from ..core.manifest import Kernel, Manifest
+from ..core.layout import MANIFEST, TORCH_EXT
+from ..core.manifest import Kernel, Manifest, inside
 from ..core.variant import Variant
 from .toolchain import CudaToolkit, find_cuda
 from .torch_install import TorchInstall
@@ -77,33 +77,70 @@ class VariantPlan:
 
 
 def input_files(project: Path, manifest: Manifest) -> list[Path]:
+    """The files a build reads (they make up its uid), each a file of the project."""
     files = [project / MANIFEST]
-    if manifest.torch:
-        files += [project / s for s in manifest.torch.src]
+    if manifest.binding:
+        files += [project / s for s in manifest.binding.src]
     for kernel in manifest.kernel.values():
         files += [project / s for s in kernel.src]
-    ext = project / "torch-ext"
+    ext = project / TORCH_EXT
     files += [p for p in ext.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for f in files:
+        if not inside(project, f):
+            raise BuildError(f"{f.relative_to(project).as_posix()} is a link to a file outside "
+                             "the project", file=project / MANIFEST,
+                             hint="replace the link with the file, or remove it")
     return [f.resolve() for f in files]
+
+
+def major_minor(version: str) -> tuple[int, int]:
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return major, minor
 
 
 def _check_bounds(value: Version, lo: str | None, hi: str | None, *, what: str, key: str,
                   project: Path) -> None:
-    def release(v: Version) -> tuple[int, ...]:
-        return v.release[: len(Version(lo or hi or "0").release)]
-    if lo and release(value) < Version(lo).release:
+    """Upstream's bounds: major.minor, both inclusive (maxver 2.10 admits 2.10.3)."""
+    have = (value.major, value.minor)
+    if lo and have < major_minor(lo):
         raise BuildError(f"{what} {value} is older than minver {lo}", file=project / MANIFEST,
                          key=f"{key}.minver", hint="use a newer environment or lower minver")
-    if hi and value.release[: len(Version(hi).release)] > Version(hi).release:
+    if hi and have > major_minor(hi):
         raise BuildError(f"{what} {value} is newer than maxver {hi}", file=project / MANIFEST,
                          key=f"{key}.maxver", hint="use an older environment or raise maxver")
 
 
-def cuda_archs(manifest: Manifest, cuda: CudaToolkit, project: Path) -> dict[str, list[str]]:
+def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
+    """Refuses, naming the key, what this builder cannot compile (yet)."""
+    path = project / MANIFEST
+    if backend not in COMPILED_BACKENDS:
+        raise BuildError(f"backend {backend!r} cannot be compiled by this builder", file=path,
+                         key="general.backends",
+                         hint=f"build a backend it compiles: {', '.join(COMPILED_BACKENDS)}")
+    if manifest.is_tvm_ffi:
+        raise BuildError("tvm-ffi extensions are not built by this builder", file=path,
+                         key="tvm-ffi", hint="build a [torch] extension instead")
+    if manifest.stable_abi_for(backend):
+        raise BuildError("torch stable-ABI variants are not built by this builder yet",
+                         file=path, key="torch.stable-abi",
+                         hint="remove `stable-abi` to build a regular torch variant")
+
+
+def variant_kernels(manifest: Manifest, backend: str, cuda: Version | None) -> dict[str, Kernel]:
+    """The kernels a variant compiles: `kernels_for(backend)`, less the CUDA kernels whose
+    cuda-minver/cuda-maxver exclude the toolkit."""
+    kernels = manifest.kernels_for(backend)
+    if cuda is None:
+        return kernels
+    toolkit = (cuda.major, cuda.minor)
+    return {n: k for n, k in kernels.items() if k.backend != "cuda" or k.in_cuda_range(toolkit)}
+
+
+def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> dict[str, list[str]]:
     supported = set(cuda.supported_archs)
     defaults = default_capabilities(cuda.version)
     result = {}
-    for name, kernel in manifest.kernel.items():
+    for name, kernel in kernels.items():
         if kernel.backend != "cuda":
             continue
         wanted = kernel.cuda_capabilities or defaults
@@ -123,6 +160,7 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
     if backend not in manifest.general.backends:
         raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
                          key="general.backends", hint=f"add {backend!r} or build another backend")
+    _check_buildable(manifest, backend, project)
     if manifest.torch:
         _check_bounds(torch.torch_release, manifest.torch.minver, manifest.torch.maxver,
                       what="torch", key="torch", project=project)
@@ -132,12 +170,13 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
         cuda = find_cuda(torch)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
-        kernel_archs = cuda_archs(manifest, cuda, project)
+    kernels = variant_kernels(manifest, backend, cuda.version if cuda else None)
+    if cuda:
+        kernel_archs = cuda_archs(kernels, cuda, project)
     name = variant_of(torch, backend, cuda.version if cuda else None).name
     uid, git = build_uid(project, input_files(project, manifest))
     return VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
-                       uid=uid, git=git, kernels=manifest.kernels_for(backend), cuda=cuda,
-                       kernel_archs=kernel_archs)
+                       uid=uid, git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs)
 
 
 def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:

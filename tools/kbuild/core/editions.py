@@ -1,4 +1,15 @@
-"""Manifest editions: every older `build.toml` form is upgraded to edition 5 here, and only here."""
+"""Manifest editions: every older `build.toml` form is upgraded to edition 5 here, and only here.
+
+Upstream's editions, as told apart by their keys (only edition 5 has an `edition` key):
+    1  kernels have a `language` (cuda, cuda-hipify, metal) instead of a `backend`;
+       `[torch] universal = true` marks a pure-Python kernel
+    2  kernels have a `backend`; `[general]` has `universal`, `cuda-minver`, `cuda-maxver`
+       and no `backends`
+    3  `[general] backends`; `version` and `license` optional; no framework table means noarch
+    4  `version`, `license` and one of [torch], [torch-noarch], [tvm-ffi] required
+Each step below turns edition N into N+1; the model then validates the edition 5 result. Data of
+the wrong shape is left as it is, for the model to report with its key.
+"""
 
 from __future__ import annotations
 
@@ -8,57 +19,122 @@ from typing import Any
 CURRENT_EDITION = 5
 LEGACY_DEFAULT_LICENSE = "apache-2.0"
 LEGACY_DEFAULT_VERSION = 1
+# Upstream gives a universal (pure-Python) kernel of editions 1-2 these backends.
+UNIVERSAL_BACKENDS = ["cann", "cpu", "cuda", "metal", "neuron", "rocm", "xpu"]
+LANGUAGES = {"cuda": "cuda", "cuda-hipify": "cuda", "metal": "metal"}
+FRAMEWORKS = ("torch", "torch-noarch", "tvm-ffi")
+
+
+def _table(data: dict, key: str) -> dict:
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _kernels(data: dict) -> dict[str, dict]:
+    return {n: k for n, k in _table(data, "kernel").items() if isinstance(k, dict)}
 
 
 def detect_edition(raw: dict[str, Any]) -> int:
-    general = raw.get("general", {})
+    general = raw.get("general")
     if not isinstance(general, dict):
-        return CURRENT_EDITION
+        return CURRENT_EDITION  # nothing to upgrade; the model reports the problem
     if "edition" in general:
-        return general["edition"]
-    if "universal" in general or not {"version", "license", "backends"} <= general.keys():
+        edition = general["edition"]
+        return edition if type(edition) is int else CURRENT_EDITION
+    if (any("backend" not in k for k in _kernels(raw).values())
+            or "universal" in _table(raw, "torch")):
         return 1
+    if "backends" not in general:
+        return 2
+    if not {"version", "license"} <= general.keys() or not any(f in raw for f in FRAMEWORKS):
+        return 3
     return 4
+
+
+def _v1_to_v2(data: dict, notes: list[str]) -> None:
+    torch = _table(data, "torch")
+    if "universal" in torch:
+        data["general"]["universal"] = torch.pop("universal")
+        notes.append("moved `torch.universal` to `general.universal`")
+    kernels = _table(data, "kernel")
+    for name, kernel in list(_kernels(data).items()):
+        if "backend" in kernel or kernel.get("language", "cuda") not in LANGUAGES:
+            continue
+        language = kernel.pop("language", "cuda")
+        kernel["backend"] = LANGUAGES[language]
+        notes.append(f"kernel.{name}: language {language!r} became backend "
+                     f"{kernel['backend']!r}")
+        if language == "cuda-hipify" and f"{name}_rocm" not in kernels:
+            rocm = {k: copy.deepcopy(v) for k, v in kernel.items()
+                    if k in ("depends", "include", "src", "rocm-archs")}
+            kernel.pop("rocm-archs", None)
+            kernels[f"{name}_rocm"] = {"backend": "rocm", **rocm}
+            notes.append(f"kernel.{name}: hipified as kernel.{name}_rocm")
+
+
+def _v2_to_v3(data: dict, notes: list[str]) -> None:
+    general = data["general"]
+    for old, new in (("cuda-minver", "minver"), ("cuda-maxver", "maxver")):
+        if old in general and isinstance(general.setdefault("cuda", {}), dict):
+            general["cuda"][new] = general.pop(old)
+            notes.append(f"moved `general.{old}` to `general.cuda.{new}`")
+    deps, cuda = general.get("python-depends"), general.get("cuda", {})
+    if (isinstance(deps, list) and "nvidia-cutlass-dsl" in deps and isinstance(cuda, dict)
+            and isinstance(cuda.get("python-depends", []), list)):
+        deps.remove("nvidia-cutlass-dsl")
+        general["cuda"] = cuda
+        cuda.setdefault("python-depends", []).append("nvidia-cutlass-dsl")
+        notes.append("moved `nvidia-cutlass-dsl` to `general.cuda.python-depends`")
+    universal = general.pop("universal", None)
+    if universal is not None:
+        notes.append("removed `general.universal`")
+    if universal is True and "torch-noarch" not in data:
+        torch = data.pop("torch", None)
+        data["torch-noarch"] = ({"pyext": torch["pyext"]}
+                                if isinstance(torch, dict) and "pyext" in torch else {})
+        notes.append("`universal = true` became a `[torch-noarch]` table")
+    if "backends" not in general:
+        backends = sorted({k["backend"] for k in _kernels(data).values()
+                           if isinstance(k.get("backend"), str)})
+        general["backends"] = backends or (UNIVERSAL_BACKENDS if universal is True
+                                           else ["cpu", "cuda"])
+        notes.append(f"set `general.backends = {general['backends']}`")
+
+
+def _v3_to_v4(data: dict, notes: list[str]) -> None:
+    general = data["general"]
+    if "version" not in general:
+        general["version"] = LEGACY_DEFAULT_VERSION
+        notes.append(f"set `general.version = {LEGACY_DEFAULT_VERSION}`")
+    if "license" not in general:
+        general["license"] = LEGACY_DEFAULT_LICENSE
+        notes.append(f'set `general.license = "{LEGACY_DEFAULT_LICENSE}"` (check it)')
+    if not any(f in data for f in FRAMEWORKS):
+        data["torch-noarch"] = {}
+        notes.append("no framework table: added `[torch-noarch]`")
+    for name, kernel in _kernels(data).items():
+        if "depends" not in kernel:
+            kernel["depends"] = []
+            notes.append(f"set `kernel.{name}.depends = []`")
+
+
+STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Returns the manifest as edition 5 and the list of changes made to get there."""
+    general = raw.get("general")
+    if not isinstance(general, dict) or "edition" in general:
+        return raw, []  # edition 5, or a problem for the model to report
     edition = detect_edition(raw)
-    if edition == CURRENT_EDITION or not isinstance(raw.get("general"), dict):
-        return raw, []
     data = copy.deepcopy(raw)
-    general = data["general"]
     notes: list[str] = []
-    if edition == 1:
-        universal = general.pop("universal", False)
-        notes.append("removed `general.universal`")
-        if universal and "torch-noarch" not in data:
-            data["torch-noarch"] = {}
-            notes.append("`universal = true` became a `[torch-noarch]` table")
-        if "version" not in general:
-            general["version"] = LEGACY_DEFAULT_VERSION
-            notes.append(f"set `general.version = {LEGACY_DEFAULT_VERSION}`")
-        if "license" not in general:
-            general["license"] = LEGACY_DEFAULT_LICENSE
-            notes.append(f'set `general.license = "{LEGACY_DEFAULT_LICENSE}"` (check it)')
-        if "backends" not in general:
-            kernels = data.get("kernel", {})
-            backends = sorted({k.get("backend") for k in kernels.values()
-                               if isinstance(k, dict) and isinstance(k.get("backend"), str)})
-            general["backends"] = backends or ["cpu", "cuda"]
-            notes.append(f"set `general.backends = {general['backends']}` from the kernels")
-        for kernel in data.get("kernel", {}).values():
-            if isinstance(kernel, dict) and "depends" not in kernel:
-                kernel["depends"] = []
-    noarch = data.get("torch-noarch")
-    if isinstance(noarch, dict):
-        for old, new in (("cuda_capabilities", "cuda-capabilities"), ("rocm_archs", "rocm-archs")):
-            if old in noarch:
-                noarch[new] = noarch.pop(old)
+    for step in range(edition, CURRENT_EDITION - 1):
+        STEPS[step](data, notes)
+    general = data["general"]
     general["edition"] = CURRENT_EDITION
     notes.append(f"set `general.edition = {CURRENT_EDITION}` (was {edition})")
-    # Keep `general.edition` first for readability of rewritten files.
-    data["general"] = {"name": general.pop("name", None), **general}
-    if data["general"]["name"] is None:
-        del data["general"]["name"]
+    # Keep `name` and `edition` first for readability of rewritten files.
+    head = {k: general.pop(k) for k in ("name", "edition") if k in general}
+    data["general"] = {**head, **general}
     return data, notes

@@ -1,0 +1,108 @@
+"""The manifest's paths: each source inside the project, and no source compiled twice into a variant.
+
+What one variant compiles: the binding's sources ([torch] or [tvm-ffi] `src`), the kernels of
+the variant's backend, and the CPU kernels (this builder links CPU kernels into every compiled
+variant, so CUDA variants also run on CPU tensors). A compiled file (.cpp, .cu, …) may appear in
+several kernel sections as long as no variant gets it twice, e.g. a `.cu` shared by a cuda and a
+rocm kernel; headers (.h .hh .hpp .cuh .inc, …) may be shared freely.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import BuildError
+from ..layout import MANIFEST, TORCH_EXT
+from .forms import COMPILED_SUFFIXES
+from .model import Manifest
+
+
+def inside(project: Path, path: Path) -> bool:
+    """Whether `path`, with every link followed, is within `project` (a resolved directory)."""
+    try:
+        return path.resolve().is_relative_to(project)
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def resolve_source(project: Path, rel: str, *, manifest_path: Path, key: str,
+                   kind: str = "file") -> Path:
+    """Resolves a manifest path, refusing ones that escape the project (`..`, absolute, symlinks)."""
+    if os.path.isabs(rel) or rel.startswith("~"):
+        raise BuildError(f"{rel!r} is an absolute path", file=manifest_path, key=key,
+                         hint="use a path relative to the project directory")
+    try:
+        target = (project / rel).resolve()
+        outside = not target.is_relative_to(project)
+        exists = not outside and (target.is_file() if kind == "file" else target.is_dir())
+    except (OSError, RuntimeError, ValueError) as e:
+        raise BuildError(f"cannot read {rel!r}: {e}", file=manifest_path, key=key,
+                         hint=f"fix the path in {MANIFEST}") from None
+    if outside:
+        raise BuildError(f"{rel!r} points outside the project", file=manifest_path, key=key,
+                         hint="keep sources inside the project directory (no `..` or symlinks out)")
+    if not exists:
+        raise BuildError(f"{kind} {rel!r} does not exist", file=manifest_path, key=key,
+                         hint=f"create it or fix the path in {MANIFEST}")
+    return target
+
+
+def compiled(path: Path) -> bool:
+    return path.suffix.lower() in COMPILED_SUFFIXES
+
+
+def _groups(manifest: Manifest) -> list[tuple[str, list[str], str]]:
+    binding = manifest.binding
+    key = "torch" if manifest.torch else "tvm-ffi"
+    groups = [(f"{key}.src", binding.src, "file"), (f"{key}.include", binding.include, "dir")] \
+        if binding else []
+    for name, kernel in manifest.kernel.items():
+        groups += [(f"kernel.{name}.src", kernel.src, "file"),
+                   (f"kernel.{name}.include", kernel.include, "dir")]
+    return groups
+
+
+def _check_compiled_once(manifest: Manifest, sources: dict[str, list[Path]], path: Path) -> None:
+    backends = {k.backend for k in manifest.kernel.values()} | set(manifest.general.backends)
+    binding = "torch.src" if manifest.torch else "tvm-ffi.src"
+    for backend in sorted(backends):
+        keys = [binding] + [f"kernel.{n}.src" for n in manifest.kernels_for(backend)]
+        owner: dict[Path, str] = {}
+        for key in keys:
+            for resolved in sources.get(key, []):
+                if not compiled(resolved):
+                    continue
+                if resolved in owner:
+                    rel = resolved.relative_to(path.parent).as_posix()
+                    where = ("listed twice" if owner[resolved] == key
+                             else f"also in `{owner[resolved]}`")
+                    raise BuildError(f"{rel!r} would be compiled twice into the {backend} variant "
+                                     f"({where})", file=path, key=key,
+                                     hint="list each compiled source once per backend (CPU "
+                                          "kernels are part of every variant); headers may be "
+                                          "shared")
+                owner[resolved] = key
+
+
+def check_paths(manifest: Manifest, project: Path, path: Path) -> None:
+    """Every path exists inside the project, no variant compiles a file twice, and the Python
+    package `torch-ext/<module>/` is there."""
+    sources: dict[str, list[Path]] = {}
+    for key, rels, kind in _groups(manifest):
+        resolved = [resolve_source(project, rel, manifest_path=path, key=key, kind=kind)
+                    for rel in rels]
+        if kind == "file":
+            sources[key] = resolved
+    _check_compiled_once(manifest, sources, path)
+    if manifest.is_tvm_ffi:
+        return
+    module_dir = project / TORCH_EXT / manifest.general.module_name
+    rel = module_dir.relative_to(project).as_posix()
+    if module_dir.exists() and not inside(project, module_dir):
+        raise BuildError(f"{rel} points outside the project", file=path, key="general.name",
+                         hint="make it a directory of the project, not a link out")
+    if not (module_dir / "__init__.py").is_file():
+        raise BuildError(f"missing Python package {rel}/__init__.py", file=path, key="general.name",
+                         hint="the package under torch-ext/ must be named after general.name "
+                              "with '-' turned into '_'")

@@ -1,0 +1,125 @@
+"""The planner: which kernels a variant compiles, torch/CUDA bounds, and clean refusals of what
+this builder cannot build (in process, with a stand-in torch and toolkit; nothing is run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbuild.build import plan
+from kbuild.core import manifest
+from kbuild.core.errors import BuildError
+from kbuild_testing import BINDING, TORCH, fake_toolkit, fake_torch, kernel, make_project
+
+ARCHS_130 = ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "11.0",
+             "12.0", "12.1"]
+ARCHS_126 = ["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "9.0a"]
+
+
+def cuda_plan(root: Path, monkeypatch, toolkit: str, archs: list[str]) -> plan.VariantPlan:
+    monkeypatch.setattr(plan, "find_cuda", lambda torch: fake_toolkit(toolkit, archs))
+    torch = fake_torch("2.13.0", cuda=toolkit)
+    return plan.plan_variant(root, manifest.load(root), torch, "cuda")
+
+
+SM100 = TORCH + kernel("base", "cuda", "csrc/base.cu") \
+    + kernel("blackwell", "cuda", "csrc/sm100.cu", extra='cuda-minver = "12.8"\n'
+             'cuda-capabilities = ["10.0a"]\n') \
+    + kernel("legacy", "cuda", "csrc/legacy.cu", extra='cuda-maxver = "12.9"\n') \
+    + kernel("host", "cpu", "csrc/host.cpp")
+SM100_FILES = BINDING + ("csrc/base.cu", "csrc/sm100.cu", "csrc/legacy.cu", "csrc/host.cpp")
+
+
+def test_kernels_outside_their_cuda_range_are_left_out(tmp_path, monkeypatch):
+    root = make_project(tmp_path, SM100, files=SM100_FILES)
+    old = cuda_plan(root, monkeypatch, "12.6", ARCHS_126)
+    assert set(old.kernels) == {"base", "legacy", "host"}
+    assert set(old.kernel_archs) == {"base", "legacy"}
+    new = cuda_plan(root, monkeypatch, "13.0", ARCHS_130)
+    assert set(new.kernels) == {"base", "blackwell", "host"}
+    assert new.kernel_archs["blackwell"] == ["10.0a"] and "10.0a" in new.archs
+
+
+def test_cuda_range_is_inclusive(tmp_path, monkeypatch):
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-minver = "13.0"\ncuda-maxver = "13.0"\n')
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu",))
+    assert set(cuda_plan(root, monkeypatch, "13.0", ARCHS_130).kernels) == {"k"}
+
+
+def test_cpu_variant_ignores_cuda_kernels(tmp_path):
+    root = make_project(tmp_path, SM100, files=SM100_FILES)
+    p = plan.plan_variant(root, manifest.load(root), fake_torch(), "cpu")
+    assert set(p.kernels) == {"host"} and p.kernel_archs == {} and p.name.startswith("torch213-")
+
+
+@pytest.mark.parametrize("bounds, ok", [('minver = "2.13"', True), ('maxver = "2.13"', True),
+                                        ('minver = "2.14"', False), ('maxver = "2.12"', False),
+                                        ('minver = "2"\nmaxver = "2.13"', True),
+                                        ('maxver = "3"', True)])
+def test_torch_bounds_inclusive_major_minor(tmp_path, bounds, ok):
+    root = make_project(tmp_path, TORCH + bounds + "\n", files=BINDING)
+    m = manifest.load(root)
+    torch = fake_torch("2.13.1")
+    if ok:
+        assert plan.plan_variant(root, m, torch, "cpu").name.startswith("torch213-")
+    else:
+        with pytest.raises(BuildError) as info:
+            plan.plan_variant(root, m, torch, "cpu")
+        assert info.value.key in ("torch.minver", "torch.maxver")
+
+
+def test_general_cuda_bounds(tmp_path, monkeypatch):
+    body = '\n[general.cuda]\nminver = "12.8"\n\n' + TORCH + kernel("k", "cuda", "csrc/k.cu")
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu",))
+    with pytest.raises(BuildError) as info:
+        cuda_plan(root, monkeypatch, "12.6", ARCHS_126)
+    assert info.value.key == "general.cuda.minver" and "12.6" in info.value.message
+    assert cuda_plan(root, monkeypatch, "13.0", ARCHS_130).cuda.version.major == 13
+
+
+@pytest.mark.parametrize("backend", ["rocm", "metal", "xpu", "neuron", "tpu", "cann"])
+def test_backends_it_cannot_compile_are_refused_by_name(tmp_path, backend):
+    root = make_project(tmp_path, TORCH, backends=f'["cpu", "{backend}"]', files=BINDING)
+    m = manifest.load(root)
+    with pytest.raises(BuildError) as info:
+        plan.plan_variant(root, m, fake_torch(), backend)
+    assert info.value.key == "general.backends" and repr(backend) in info.value.message
+    assert Path(info.value.file).name == "build.toml"
+    assert plan.plan_variant(root, m, fake_torch(), "cpu").backend == "cpu"
+
+
+def test_noarch_builds_any_backend(tmp_path):
+    body = '[torch-noarch]\ncuda-capabilities = ["9.0"]\n'
+    root = make_project(tmp_path, body, backends='["cuda", "neuron"]')
+    m = manifest.load(root)
+    assert plan.plan_noarch(root, m, "neuron").name == "torch-neuron"
+    assert plan.plan_noarch(root, m, "cuda").archs == ["9.0"]
+
+
+def test_tvm_ffi_is_refused_cleanly(tmp_path):
+    body = '[tvm-ffi]\nsrc = ["tvm-ffi-ext/binding.cpp"]\n' + kernel("k", "cpu", "csrc/k.cpp")
+    root = make_project(tmp_path, body, files=("tvm-ffi-ext/binding.cpp", "csrc/k.cpp"))
+    with pytest.raises(BuildError) as info:
+        plan.plan_variant(root, manifest.load(root), fake_torch(), "cpu")
+    assert info.value.key == "tvm-ffi" and "tvm-ffi" in info.value.message
+
+
+def test_stable_abi_is_refused_not_built_as_a_regular_variant(tmp_path):
+    root = make_project(tmp_path, TORCH + 'stable-abi = { cuda = "2.9" }\n', files=BINDING)
+    m = manifest.load(root)
+    assert plan.plan_variant(root, m, fake_torch(), "cpu").name.startswith("torch213-")
+    (root / "build.toml").write_text((root / "build.toml").read_text().replace(
+        '{ cuda = "2.9" }', '"2.9"'))
+    with pytest.raises(BuildError) as info:
+        plan.plan_variant(root, manifest.load(root), fake_torch(), "cpu")
+    assert info.value.key == "torch.stable-abi"
+
+
+def test_input_files_cover_binding_kernels_and_package(tmp_path):
+    root = make_project(tmp_path, SM100, files=SM100_FILES).resolve()
+    (root / "torch-ext" / "demo" / "layers.py").write_text("")
+    files = plan.input_files(root, manifest.load(root))
+    rels = {f.relative_to(root).as_posix() for f in files}
+    assert {"build.toml", "torch-ext/torch_binding.cpp", "csrc/sm100.cu",
+            "torch-ext/demo/__init__.py", "torch-ext/demo/layers.py"} <= rels
