@@ -98,13 +98,13 @@ def fake_torch(root: Path):
 
 
 def make_project(root: Path, kernels: dict | None = None, torch_extra: dict | None = None,
-                 files: dict[str, str] | None = None) -> Path:
+                 files: dict[str, str] | None = None, backends: tuple[str, ...] = ("cpu",)) -> Path:
     """A small [torch] project `probe` (CPU) with the given kernels, [torch] keys and files."""
     import tomli_w
 
     root.mkdir(parents=True, exist_ok=True)
     data = {"general": {"name": "probe", "version": 1, "edition": 5, "license": "apache-2.0",
-                        "backends": ["cpu"]},
+                        "backends": list(backends)},
             "torch": {"src": ["torch-ext/torch_binding.cpp"], **(torch_extra or {})},
             "kernel": kernels or {}}
     (root / "build.toml").write_text(tomli_w.dumps(data))
