@@ -25,11 +25,14 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import REPO, kbuild
-from kbuild.build import pipeline
+from kbuild.build import binary, pipeline
 from kbuild.build.check import check_variant
 from kbuild.core.errors import BuildError
 
 CORPUS = REPO / "tests" / "compat"
+# Every copy lives under a folder whose name CMake and the shell would expand if they were given
+# the chance: the builds below show that paths reach them as data.
+ODD_FOLDER = 'c $HOME ${HOME} $ENV{PATH} it\'s "q"'
 
 
 def edition5() -> bool:
@@ -85,7 +88,7 @@ def cases(outcome: str, cuda: bool) -> list:
 
 
 def copy(project: str, dest: Path) -> Path:
-    target = dest / project
+    target = dest / ODD_FOLDER / project
     shutil.copytree(CORPUS / project, target, symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "build", ".kbuild"))
     return target
@@ -202,3 +205,9 @@ def test_builds_cuda(case, tmp_path, cuda_python):
     project = copy(case.project, tmp_path)
     (result,) = pipeline.build(project, backends=[case.backend], python=cuda_python)
     assert_built(case, project, result, python=cuda_python)
+    # The fat-binary check also catches a capability the binary does not hold.
+    from kbuild.build.check import code_problems
+    so = next(result.path.glob("*.so"))
+    assert code_problems(so, "cuda", case.archs + ["3.0"], stable=False) == [
+        f"{so.name}: no code for capability 3.0 (the fat binary holds "
+        + ", ".join(c.name for c in binary.cuda_code(so)) + ")"]

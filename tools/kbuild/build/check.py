@@ -12,7 +12,7 @@ from pathlib import Path
 from ..core.errors import BuildError
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
-from ..core.layout import METADATA
+from ..core.layout import MANIFEST, METADATA
 from . import binary
 from .assemble import digest_files
 
@@ -130,13 +130,15 @@ def verify_build(plan, so: Path) -> None:
     problems = unresolved_problems(so, lib_dirs)
     problems += code_problems(so, plan.backend, plan.archs, stable)
     if problems:
-        hint = {"link.unresolved": "define it in a kernel of this backend, or guard its use "
-                                   f"(e.g. #ifdef {plan.backend.upper()}_KERNEL)",
-                "code.capability": "compile for the capability or drop it from "
-                                   "cuda-capabilities",
-                "abi.torch-stable": "use only torch/csrc/stable/ APIs, or remove "
-                                    "torch.stable-abi"}[problems[0].code]
-        raise BuildError("\n    ".join(problems), hint=hint)
+        code = problems[0].code
+        hint, key = {
+            "link.unresolved": ("define it in a kernel of this backend, or guard its use (e.g. "
+                                f"#ifdef {plan.backend.upper()}_KERNEL)", None),
+            "code.capability": ("compile for the capability or drop it from cuda-capabilities",
+                                "cuda-capabilities"),
+            "abi.torch-stable": ("use only torch/csrc/stable/ APIs, or remove torch.stable-abi",
+                                 "torch.stable-abi")}[code]
+        raise BuildError("\n    ".join(problems), file=plan.project / MANIFEST, key=key, hint=hint)
 
 
 def metadata_problems(variant: Path, meta: dict) -> list[Problem]:

@@ -2,7 +2,7 @@
 
 import torch
 
-from ._ops import add_op_namespace_prefix, ops
+from ._ops import add_op_namespace_prefix
 
 
 @torch.library.register_fake(add_op_namespace_prefix("scale_out"))
