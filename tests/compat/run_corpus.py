@@ -41,12 +41,13 @@ def has_edition5() -> bool:
     return "neuron" in General.model_fields and "cuda_maxver" in Kernel.model_fields
 
 
-def run(cmd: list[str], log: Path, env: dict | None = None, timeout: int = 900) -> int:
+def run(cmd: list[str], log: Path, env: dict | None = None, timeout: int = 900,
+        cwd: Path | None = None) -> int:
     with log.open("a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
         try:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, cwd=cwd,
                                   env={**os.environ, **(env or {})}).returncode
         except subprocess.TimeoutExpired:
             f.write("timed out\n")
@@ -75,7 +76,7 @@ def one(name: str, case: dict, work: Path) -> dict:
         status, detail = "ok", "built (no tests)"
         if tests.is_dir():
             code = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "--rootdir", str(project), str(tests)], log,
+                        "--rootdir", ".", str(tests)], log, cwd=project,
                        env={"KBUILD_COMPAT_BACKEND": backend})
             detail = log.read_text().strip().splitlines()[-1]
             status = "ok" if code == 0 else "FAILED"
