@@ -24,6 +24,10 @@ CUDA_SUFFIXES = (".cu",)
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
 EXTENSION_NAME = re.compile(rb"\bTORCH_EXTENSION_NAME\b")
 _UNSAFE = re.compile(r"[;\x00-\x1f\x7f]|\$<")
+# nvcc hands its arguments to /bin/sh when it runs the host compiler and its own tools, some
+# unquoted and some in double quotes: `$(...)` in a CUDA flag or path would run. What reaches
+# nvcc is limited to characters the shell leaves alone.
+_NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
 _IDENT = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -76,6 +80,29 @@ class _Values:
                                  hint="remove it" + ("" if key else " (rename the directory)"))
         self.lines.append(f"set({var} " + " ".join(cmake_quote(v) for v in items) + ")"
                           if items else f"set({var})")
+
+
+def check_nvcc_values(project: Path, values: list[str], key: str | None) -> None:
+    for v in values:
+        if not _NVCC_SAFE.match(v):
+            bad = sorted(set(re.sub(r"[A-Za-z0-9_\-+=.,/:@%^]", "", v)))
+            raise BuildError(
+                f"{v!r} contains {''.join(bad)!r}: nvcc passes it to a shell, which would "
+                "interpret it", file=project / MANIFEST if key else project, key=key,
+                hint="use only letters, digits and - _ + = . , / : @ % ^ in what CUDA sources "
+                     "see" + ("" if key else " (build from a folder with such a path)"))
+
+
+def check_cuda_kernel(plan: VariantPlan, name: str, kernel, includes: list[str]) -> None:
+    """Everything nvcc will see for this kernel's .cu files is shell-inert."""
+    project, k = plan.project, f"kernel.{name}"
+    if not any(s.endswith(CUDA_SUFFIXES) for s in kernel.src):
+        return
+    check_nvcc_values(project, [str(project)], None)
+    check_nvcc_values(project, list(kernel.cuda_flags), f"{k}.cuda-flags")
+    check_nvcc_values(project, [s for s in kernel.src if s.endswith(CUDA_SUFFIXES)], f"{k}.src")
+    check_nvcc_values(project, list(kernel.include), f"{k}.include")
+    check_nvcc_values(project, includes, None)
 
 
 def cmake_arch(cap: str) -> str:
@@ -139,6 +166,8 @@ def plan_cmake(plan: VariantPlan) -> str:
         includes = [str(project / d) for d in kernel.include] + dep_includes.get(name, [])
         if plan.cuda and kernel.backend == "cuda":
             includes += plan.cuda.include_dirs
+            env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
+            check_cuda_kernel(plan, name, kernel, includes + toolkit + dep_dirs + env_dirs)
         v.set(p + "INCLUDES", includes, f"{k}.include")
         v.set(p + "USES_TORCH", "ON" if uses_torch else "OFF")
         v.set(p + "EXTENSION_NAME", "ON" if mentions_extension_name(files) else "OFF")

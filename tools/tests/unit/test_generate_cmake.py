@@ -139,3 +139,61 @@ def test_cutlass_headers_are_included_and_mapped_away(tmp_path, monkeypatch):
     assert got["KB_KERNEL_other_INCLUDES"] == []
     assert got["KB_BINDING_INCLUDES"] == headers
     assert str(tree.resolve()) in got["KB_PREFIX_MAP_DIRS"] and got["KB_TOOLKIT_DIRS"] == [str(tree.resolve())]
+
+
+def cuda_plan_of(project: Path):
+    """The CUDA plan of `project` against a fake toolkit (nothing is run)."""
+    import dataclasses
+
+    from packaging.version import Version
+
+    from kbuild.build.toolchain import CudaToolkit
+
+    root = project.parent / "cuda"
+    toolkit = CudaToolkit(nvcc=root / "bin" / "nvcc", version=Version("13.0"), root=root)
+    toolkit.__dict__.update(include_dirs=[str(root / "include")], cudart=str(root / "libcudart.so"))
+    plan = plan_of(project, name="torch213-cxx11-cu130-x86_64-linux")
+    return dataclasses.replace(plan, backend="cuda", cuda=toolkit,
+                               kernels=plan.manifest.kernels_for("cuda"),
+                               kernel_archs={n: ["8.0"] for n, k in plan.manifest.kernel.items()
+                                             if k.backend == "cuda"})
+
+
+def cuda_project(root: Path, src: str = "csrc/k.cu", **kernel) -> Path:
+    return make_project(root, backends=("cpu", "cuda"), files={src: ""}, kernels={
+        "k": {"backend": "cuda", "depends": [], "src": [src], **kernel}})
+
+
+def test_cuda_kernels_compile_with_shell_inert_values(tmp_path):
+    project = cuda_project(tmp_path / "p", **{"cuda-flags": ["--use_fast_math", "-DN=4",
+                                                              "--ptxas-options=-v,-warn-spills"],
+                                              "cxx-flags": ["-DHOST=$HOME"]})
+    got = read_back(generate.plan_cmake(cuda_plan_of(project)), tmp_path,
+                    ["KB_KERNEL_k_CUDA_FLAGS", "KB_KERNEL_k_CUDA_SOURCES", "KB_KERNEL_k_ARCHS"])
+    assert got["KB_KERNEL_k_CUDA_FLAGS"][0] == "--use_fast_math"
+    assert got["KB_KERNEL_k_ARCHS"] == ["80-real"]
+
+
+@pytest.mark.parametrize("kind, value, key", [
+    ("cuda-flags", ["-DX=$(touch pwned)"], "kernel.k.cuda-flags"),
+    ("cuda-flags", ["-DX=`touch pwned`"], "kernel.k.cuda-flags"),
+    ("cuda-flags", ["-Xcompiler=-DA='b c'"], "kernel.k.cuda-flags"),
+    ("src", "csrc/a $(x).cu", "kernel.k.src"),
+])
+def test_values_nvcc_would_hand_to_a_shell_are_refused(tmp_path, kind, value, key):
+    if kind == "src":
+        project = cuda_project(tmp_path / "p", src=value)
+    else:
+        project = cuda_project(tmp_path / "p", **{kind: value})
+    with pytest.raises(BuildError) as e:
+        generate.generate(cuda_plan_of(project))
+    assert e.value.key == key and "nvcc passes it to a shell" in e.value.message
+    assert not (project / ".kbuild").exists() and not list(tmp_path.rglob("pwned"))
+
+
+def test_a_cuda_build_from_a_folder_with_shell_characters_is_refused(tmp_path):
+    project = cuda_project(tmp_path / "it's $HOME")
+    with pytest.raises(BuildError) as e:
+        generate.plan_cmake(cuda_plan_of(project))
+    assert e.value.key is None and "folder" in e.value.hint
+    generate.plan_cmake(plan_of(project))  # its CPU variant is fine: g++ gets quoted arguments
