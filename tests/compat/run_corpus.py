@@ -81,6 +81,9 @@ def one(name: str, case: dict, work: Path) -> dict:
             detail = log.read_text().strip().splitlines()[-1]
             status = "ok" if code == 0 else "FAILED"
         result.update(status=status, detail=detail)
+    executed = [n for n in case.get("absent", []) if list(work.rglob(n))]
+    if executed:
+        result.update(status="FAILED", detail=f"{executed} appeared: a value was executed")
     result["seconds"] = round(time.monotonic() - start, 1)
     return result
 
