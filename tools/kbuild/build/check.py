@@ -124,7 +124,13 @@ def unresolved_problems(so: Path, lib_dirs: list[Path]) -> list[Problem]:
 
 
 def verify_build(plan, so: Path) -> None:
-    """Post-link checks of a new build; the first failure stops the build (BuildError)."""
+    """Post-link checks of a new build; the first failure stops the build (BuildError). A `.so`
+    that passed them and has not been relinked since is not checked again (no-op rebuilds)."""
+    st = so.stat()
+    stamp = so.with_name(so.name + ".verified")
+    fingerprint = f"{st.st_mtime_ns} {st.st_size} {plan.name} {' '.join(plan.archs)}"
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return
     lib_dirs = [Path(plan.torch.lib_dir)] + ([Path(plan.cuda.cudart).parent] if plan.cuda else [])
     stable = Variant.parse(plan.name).framework == "torch-stable-abi"
     problems = unresolved_problems(so, lib_dirs)
@@ -139,6 +145,7 @@ def verify_build(plan, so: Path) -> None:
             "abi.torch-stable": ("use only torch/csrc/stable/ APIs, or remove torch.stable-abi",
                                  "torch.stable-abi")}[code]
         raise BuildError("\n    ".join(problems), file=plan.project / MANIFEST, key=key, hint=hint)
+    stamp.write_text(fingerprint)
 
 
 def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
