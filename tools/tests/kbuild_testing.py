@@ -157,3 +157,48 @@ BINDING = ("torch-ext/torch_binding.cpp",)
 def kernel(name: str, backend: str, *src: str, extra: str = "") -> str:
     return (f'\n[kernel.{name}]\nbackend = "{backend}"\ndepends = []\n'
             f'src = [{", ".join(repr(s).replace(chr(39), chr(34)) for s in src)}]\n{extra}')
+
+
+# --- in-process stage tests (tools/tests/unit) ---
+
+def fake_torch_at(root: Path):
+    """A TorchInstall that names paths under `root` (for generating, not compiling)."""
+    from kbuild.build.torch_install import TorchInstall
+
+    return TorchInstall(python="python", python_version="3.11", python_include=str(root / "py inc"),
+                        torch_version="2.13.0", torch_root=str(root / "torch"), cuda=None, hip=None,
+                        cxx11_abi=True, cxx_std=20, machine="x86_64", system="linux",
+                        site_packages=str(root / "site"))
+
+
+def make_probe_project(root: Path, kernels: dict | None = None, torch_extra: dict | None = None,
+                 files: dict[str, str] | None = None, backends: tuple[str, ...] = ("cpu",)) -> Path:
+    """A small [torch] project `probe` (CPU) with the given kernels, [torch] keys and files."""
+    import tomli_w
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = {"general": {"name": "probe", "version": 1, "edition": 5, "license": "apache-2.0",
+                        "backends": list(backends)},
+            "torch": {"src": ["torch-ext/torch_binding.cpp"], **(torch_extra or {})},
+            "kernel": kernels or {}}
+    (root / "build.toml").write_text(tomli_w.dumps(data))
+    for rel, text in {"torch-ext/torch_binding.cpp": "", "torch-ext/probe/__init__.py": "",
+                      **(files or {})}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def cpu_kernel(src: list[str], **extra) -> dict:
+    return {"backend": "cpu", "depends": [], "src": src, **extra}
+
+
+def plan_of(project: Path, name: str = "torch213-cxx11-cpu-x86_64-linux"):
+    """The CPU plan of `project` against fake_torch (no interpreter inspected)."""
+    from kbuild.build.plan import VariantPlan
+    from kbuild.core import manifest as manifest_mod
+
+    manifest = manifest_mod.load(project)
+    return VariantPlan(project=project.resolve(), manifest=manifest, backend="cpu",
+                       torch=fake_torch_at(project.parent), name=name, uid="abc1234", git=None,
+                       kernels=manifest.kernels_for("cpu"))

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from kbuild_testing import (complete_variants, compiler_pids, copy_project, default_sigint,
                             wait_for)
 from kbuild.build import pipeline
-from kbuild.build.check import check_variant
 
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from .. import __version__
+from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.layout import METADATA
 from ..matrix.envs import environment_provenance
@@ -72,40 +74,92 @@ def metadata(plan: VariantPlan, variant: Path) -> dict:
     return meta
 
 
+def _ships(rel: str, data_exts: set[str]) -> bool:
+    """`.py` always; other files only when `pyext` lists their extension (as upstream)."""
+    name = rel.rsplit("/", 1)[-1]
+    return name.endswith(".py") or any(name.endswith("." + e) for e in data_exts)
+
+
 def python_files(plan: VariantPlan) -> list[tuple[Path, str]]:
-    """(source, relative destination) of the package files shipped from torch-ext/<module>/."""
-    src = plan.project / "torch-ext" / plan.module_name
-    cfg = plan.manifest.torch or plan.manifest.torch_noarch
-    suffixes = {f".{e.lstrip('.')}" for e in cfg.pyext}
+    """(source, relative destination) of the package files shipped from torch-ext/<module>/:
+    Python files and the data extensions `pyext` names. A symlink (file or folder) that leads
+    out of the project is refused."""
+    project = plan.project.resolve()
+    src = project / "torch-ext" / plan.module_name
+    cfg = plan.manifest.torch or plan.manifest.torch_noarch or getattr(plan.manifest, "tvm_ffi", None)
+    pyext = getattr(cfg, "pyext", None) or ["py", "pyi"]
+    data_exts = {e.lstrip(".") for e in pyext} - {"py"}
     out = []
-    for path in sorted(src.rglob("*")):
-        if not path.is_file() or "__pycache__" in path.parts or path.suffix == ".pyc":
+    seen_dirs: set[Path] = set()
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=True):
+        here = Path(dirpath)
+        real = here.resolve()
+        if not real.is_relative_to(project):
+            _outside(project, here, real)
+        if real in seen_dirs:  # a symlink loop
+            dirnames[:] = []
             continue
-        rel = path.relative_to(src).as_posix()
-        if rel == "_ops.py":
-            continue  # always the generated one
-        if path.suffix in suffixes or path.suffix not in (".py", ".pyi"):
-            out.append((path, rel))
-    return out
+        seen_dirs.add(real)
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = here / name
+            rel = path.relative_to(src).as_posix()
+            if rel == "_ops.py" or name.endswith(".pyc") or not _ships(rel, data_exts):
+                continue  # _ops.py: always the generated one
+            target = path.resolve()
+            if not target.is_relative_to(project):
+                _outside(project, path, target)
+            if target.is_file():
+                out.append((path, rel))
+    return sorted(out, key=lambda item: item[1])
+
+
+def _outside(project: Path, link: Path, target: Path) -> None:
+    raise BuildError(f"{link.relative_to(project)} is a symlink to {target}, outside the project",
+                     file=link, hint="replace the link with the file itself (a kernel ships only "
+                                     "files of its project)")
+
+
+def _copy(src: Path, dest: Path) -> None:
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise BuildError("disk full: no space left to write this file", file=dest,
+                             hint="free space on that file system and build again") from None
+        raise BuildError(f"cannot write this file: {e.strerror or e}", file=dest,
+                         hint="check the permissions and free space of the build folder") from None
 
 
 def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) -> Path:
-    """Builds the complete variant in a private staging dir and returns it."""
+    """Builds the complete variant in a private staging dir and returns it; on any failure
+    the staging dir is removed."""
     staging_root.mkdir(parents=True, exist_ok=True)
     staging = staging_root / f"{plan.name}.{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
-    for src, rel in python_files(plan):
-        dest = staging / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)
-    shutil.copyfile(work / "_ops.py", staging / "_ops.py")
-    if so is not None:
-        shutil.copyfile(so, staging / so.name)
-        os.chmod(staging / so.name, 0o755)
-    meta = metadata(plan, staging)
-    (staging / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    try:
+        for src, rel in python_files(plan):
+            _copy(src, staging / rel)
+        _copy(work / "_ops.py", staging / "_ops.py")
+        if so is not None:
+            _copy(so, staging / so.name)
+            os.chmod(staging / so.name, 0o755)
+        meta = metadata(plan, staging)
+        meta_path = staging / METADATA
+        text = json.dumps(meta, indent=2, sort_keys=False) + "\n"
+        try:
+            meta_path.write_text(text)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise BuildError("disk full: no space left to write this file", file=meta_path,
+                                 hint="free space on that file system and build again") from None
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return staging
 
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ..core.errors import BuildError
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
-from ..core.layout import METADATA
+from ..core.layout import MANIFEST, METADATA
 from ..core.metadata import read as read_metadata
+from . import binary
 from .assemble import digest_files
 
 REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
@@ -88,6 +90,63 @@ def abi_problems(so: Path) -> list[Problem]:
     problems += [Problem("abi.rpath", f"{so.name}: has RPATH/RUNPATH {p!r} (must not point into "
                                       "the build machine)") for p in paths]
     return problems
+
+
+def code_problems(so: Path, backend: str, archs: list[str], stable: bool) -> list[Problem]:
+    """The binary against its promises: GPU code for every declared capability (CUDA fat binary,
+    HIP offload bundles) and, for a stable-ABI variant, no torch C++ API symbol."""
+    problems: list[Problem] = []
+    if backend == "cuda" and archs:
+        codes = binary.cuda_code(so)
+        have = ", ".join(c.name for c in codes) or "none"
+        problems += [Problem("code.capability", f"{so.name}: {p} (the fat binary holds {have})")
+                     for p in binary.cuda_coverage_problems(codes, archs)]
+    elif backend == "rocm" and archs:
+        targets, compressed = binary.rocm_targets(so)
+        if not compressed:
+            problems += [Problem("code.capability", f"{so.name}: {p}")
+                         for p in binary.rocm_coverage_problems(targets, archs)]
+    if stable:
+        bad = binary.non_stable_symbols(so)
+        names = binary.demangle(bad[:5])
+        problems += [Problem("abi.torch-stable", f"{so.name}: uses {names[n]}, which is not in "
+                             "torch's stable ABI") for n in bad[:5]]
+        if len(bad) > 5:
+            problems.append(Problem("abi.torch-stable", f"{so.name}: … and {len(bad) - 5} more "
+                                    "torch symbols outside the stable ABI"))
+    return problems
+
+
+def unresolved_problems(so: Path, lib_dirs: list[Path]) -> list[Problem]:
+    missing = binary.unresolved_symbols(so, lib_dirs)
+    names = binary.demangle(missing)
+    return [Problem("link.unresolved", f"{so.name}: unresolved symbol {names[n]}"
+                    + (f" ({n})" if names[n] != n else "")) for n in missing]
+
+
+def verify_build(plan, so: Path) -> None:
+    """Post-link checks of a new build; the first failure stops the build (BuildError). A `.so`
+    that passed them and has not been relinked since is not checked again (no-op rebuilds)."""
+    st = so.stat()
+    stamp = so.with_name(so.name + ".verified")
+    fingerprint = f"{st.st_mtime_ns} {st.st_size} {plan.name} {' '.join(plan.archs)}"
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return
+    lib_dirs = [Path(plan.torch.lib_dir)] + ([Path(plan.cuda.cudart).parent] if plan.cuda else [])
+    stable = Variant.parse(plan.name).framework == "torch-stable-abi"
+    problems = unresolved_problems(so, lib_dirs)
+    problems += code_problems(so, plan.backend, plan.archs, stable)
+    if problems:
+        code = problems[0].code
+        hint, key = {
+            "link.unresolved": ("define it in a kernel of this backend, or guard its use (e.g. "
+                                f"#ifdef {plan.backend.upper()}_KERNEL)", None),
+            "code.capability": ("compile for the capability or drop it from cuda-capabilities",
+                                "cuda-capabilities"),
+            "abi.torch-stable": ("use only torch/csrc/stable/ APIs, or remove torch.stable-abi",
+                                 "torch.stable-abi")}[code]
+        raise BuildError("\n    ".join(problems), file=plan.project / MANIFEST, key=key, hint=hint)
+    stamp.write_text(fingerprint)
 
 
 def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
@@ -172,6 +231,17 @@ def layout_problems(variant: Path, meta: dict) -> list[Problem]:
     return problems
 
 
+def variant_code_problems(variant: Path, meta: dict, so: Path) -> list[Problem]:
+    try:
+        parsed = Variant.parse(variant.name)
+    except VariantError:
+        return []  # layout_problems reports the name
+    backend = meta.get("backend") if isinstance(meta.get("backend"), dict) else {}
+    archs = backend.get("archs") if isinstance(backend.get("archs"), list) else []
+    return code_problems(so, parsed.backend, [a for a in archs if isinstance(a, str)],
+                         parsed.framework == "torch-stable-abi")
+
+
 def probe_load(variant: Path, python: str | None) -> dict:
     script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
     proc = capture([python or sys.executable, str(script), str(variant)])
@@ -193,6 +263,7 @@ def check_variant(variant: Path, *, python: str | None = None, load: bool = True
     report.problems += layout_problems(variant, meta)
     for so in sorted(variant.rglob("*.so")):
         report.problems += abi_problems(so)
+        report.problems += variant_code_problems(variant, meta, so)
     if load and not report.problems:
         result = probe_load(variant, python)
         if result["loadable"]:

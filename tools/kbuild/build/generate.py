@@ -1,17 +1,34 @@
-"""Stage 4: a variant plan → the build files (CMake project, registration.h, _ops.py) from templates."""
+"""Stage 4: a variant plan → the build files (CMake project, registration.h, _ops.py) from templates.
+
+Values from the manifest and the file system reach CMake only as data: `plan.cmake` sets each
+one as a quoted argument with `\\`, `"` and `$` escaped, so CMake never expands `${...}` or
+`$ENV{...}` in them; a value CMake cannot carry faithfully (a `;`, which splits lists, a control
+character, or `$<`, which starts a generator expression) is refused naming its key.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
-from ..core.layout import Layout
+from ..core.errors import BuildError
+from ..core.layout import MANIFEST, Layout
+from . import deps, frameworks
 from .plan import VariantPlan
 
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
 CUDA_SUFFIXES = (".cu",)
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+EXTENSION_NAME = re.compile(rb"\bTORCH_EXTENSION_NAME\b")
+_UNSAFE = re.compile(r"[;\x00-\x1f\x7f]|\$<")
+# nvcc hands its arguments to /bin/sh when it runs the host compiler and its own tools, some
+# unquoted and some in double quotes: `$(...)` in a CUDA flag or path would run. What reaches
+# nvcc is limited to characters the shell leaves alone.
+_NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
+_IDENT = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 def template(name: str) -> str:
@@ -33,8 +50,59 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def _cmake_list(values: list[str] | tuple[str, ...]) -> str:
-    return '"' + ";".join(str(v).replace("\\", "/").replace('"', '\\"') for v in values) + '"'
+def cmake_quote(value: str) -> str:
+    """A CMake quoted argument whose value is `value`, literally."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def cmake_ident(name: str) -> str:
+    """A CMake-safe identifier for a kernel name (used in variable and target names)."""
+    if _IDENT.match(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_]", "_", name) + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+class _Values:
+    """The variables of plan.cmake, each value checked against what CMake can carry."""
+
+    def __init__(self, project: Path) -> None:
+        self.project = project
+        self.lines: list[str] = []
+
+    def set(self, var: str, values: str | list[str], key: str | None = None) -> None:
+        items = [values] if isinstance(values, str) else list(values)
+        for v in items:
+            bad = _UNSAFE.search(v)
+            if bad:
+                what = {";": "a ';'", "$<": "'$<'"}.get(bad.group(), "a control character")
+                raise BuildError(f"{v!r} contains {what}, which CMake cannot pass on as one value",
+                                 file=self.project / MANIFEST if key else self.project, key=key,
+                                 hint="remove it" + ("" if key else " (rename the directory)"))
+        self.lines.append(f"set({var} " + " ".join(cmake_quote(v) for v in items) + ")"
+                          if items else f"set({var})")
+
+
+def check_nvcc_values(project: Path, values: list[str], key: str | None) -> None:
+    for v in values:
+        if not _NVCC_SAFE.match(v):
+            bad = sorted(set(re.sub(r"[A-Za-z0-9_\-+=.,/:@%^]", "", v)))
+            raise BuildError(
+                f"{v!r} contains {''.join(bad)!r}: nvcc passes it to a shell, which would "
+                "interpret it", file=project / MANIFEST if key else project, key=key,
+                hint="use only letters, digits and - _ + = . , / : @ % ^ in what CUDA sources "
+                     "see" + ("" if key else " (build from a folder with such a path)"))
+
+
+def check_cuda_kernel(plan: VariantPlan, name: str, kernel, includes: list[str]) -> None:
+    """Everything nvcc will see for this kernel's .cu files is shell-inert."""
+    project, k = plan.project, f"kernel.{name}"
+    if not any(s.endswith(CUDA_SUFFIXES) for s in kernel.src):
+        return
+    check_nvcc_values(project, [str(project)], None)
+    check_nvcc_values(project, list(kernel.cuda_flags), f"{k}.cuda-flags")
+    check_nvcc_values(project, [s for s in kernel.src if s.endswith(CUDA_SUFFIXES)], f"{k}.src")
+    check_nvcc_values(project, list(kernel.include), f"{k}.include")
+    check_nvcc_values(project, includes, None)
 
 
 def cmake_arch(cap: str) -> str:
@@ -50,46 +118,66 @@ def torch_libs(plan: VariantPlan) -> list[str]:
     return libs + ([plan.cuda.cudart] if plan.cuda else [])
 
 
+def mentions_extension_name(files: list[Path]) -> bool:
+    return any(f.is_file() and EXTENSION_NAME.search(f.read_bytes()) for f in files)
+
+
+def torch_definitions(plan: VariantPlan) -> list[str]:
+    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}",
+            f"{plan.backend.upper()}_KERNEL"]
+    stable = frameworks.plan_stable_version(plan)
+    if stable:
+        defs.append(f"TORCH_TARGET_VERSION={frameworks.target_version_hex(stable)}")
+    return defs
+
+
 def plan_cmake(plan: VariantPlan) -> str:
     torch, project = plan.torch, plan.project
     torch_cfg = plan.manifest.torch
-    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(torch.cxx11_abi)}",
-            f"{plan.backend.upper()}_KERNEL"]
+    dep_includes, dep_dirs = deps.kernel_includes(plan)
+    all_dep_includes = list(dict.fromkeys(d for dirs in dep_includes.values() for d in dirs))
     torch_includes = list(torch.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
-    lines = {
-        "KB_ID": plan.kernel_id,
-        "KB_BACKEND": plan.backend,
-        "KB_PROJECT_DIR": str(project),
-        "KB_PREFIX_MAP_DIRS": [torch.site_packages] + ([str(plan.cuda.root)] if plan.cuda else []),
-        "KB_TOOLKIT_DIRS": [str(plan.cuda.root)] if plan.cuda else [],
-        "KB_CXX_STD": str(torch.cxx_std),
-        "KB_TORCH_INCLUDES": torch_includes,
-        "KB_PYTHON_INCLUDE": torch.python_include,
-        "KB_TORCH_LIBS": torch_libs(plan),
-        "KB_TORCH_DEFINITIONS": defs,
-        "KB_BINDING_SOURCES": [str(project / s) for s in torch_cfg.src],
-        "KB_BINDING_INCLUDES": [str(project / d) for d in torch_cfg.include],
-        "KB_BINDING_CXX_FLAGS": torch_cfg.cxx_flags,
-        "KB_KERNELS": list(plan.kernels),
-    }
+    toolkit = [str(plan.cuda.root)] if plan.cuda else []
+    v = _Values(project)
+    v.set("KB_ID", plan.kernel_id)
+    v.set("KB_BACKEND", plan.backend)
+    v.set("KB_PROJECT_DIR", str(project))
+    v.set("KB_PREFIX_MAP_DIRS", [torch.site_packages] + toolkit + dep_dirs)
+    v.set("KB_TOOLKIT_DIRS", toolkit + dep_dirs)
+    v.set("KB_CXX_STD", str(torch.cxx_std))
+    v.set("KB_TORCH_INCLUDES", torch_includes)
+    v.set("KB_PYTHON_INCLUDE", torch.python_include)
+    v.set("KB_TORCH_LIBS", torch_libs(plan))
+    v.set("KB_TORCH_DEFINITIONS", torch_definitions(plan))
+    v.set("KB_BINDING_SOURCES", [str(project / s) for s in torch_cfg.src], "torch.src")
+    v.set("KB_BINDING_INCLUDES", [str(project / d) for d in torch_cfg.include] + all_dep_includes,
+          "torch.include")
+    v.set("KB_BINDING_CXX_FLAGS", list(torch_cfg.cxx_flags), "torch.cxx-flags")
+    idents = {name: cmake_ident(name) for name in plan.kernels}
+    v.set("KB_KERNELS", list(idents.values()))
     for name, kernel in plan.kernels.items():
-        p = f"KB_KERNEL_{name}_"
+        p, k = f"KB_KERNEL_{idents[name]}_", f"kernel.{name}"
         uses_torch = "torch" in kernel.depends
-        lines[p + "SOURCES"] = [str(project / s) for s in kernel.src]
-        includes = [str(project / d) for d in kernel.include]
+        files = [project / s for s in kernel.src]
+        compiled = [str(f) for f in files if f.suffix in COMPILED_SUFFIXES]
+        v.set(p + "SOURCES", [str(f) for f in files], f"{k}.src")
+        v.set(p + "CXX_SOURCES", [s for s in compiled if not s.endswith(CUDA_SUFFIXES)], f"{k}.src")
+        v.set(p + "CUDA_SOURCES", [s for s in compiled if s.endswith(CUDA_SUFFIXES)], f"{k}.src")
+        includes = [str(project / d) for d in kernel.include] + dep_includes.get(name, [])
         if plan.cuda and kernel.backend == "cuda":
             includes += plan.cuda.include_dirs
-        lines[p + "INCLUDES"] = includes
-        lines[p + "USES_TORCH"] = "ON" if uses_torch else "OFF"
+            env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
+            check_cuda_kernel(plan, name, kernel, includes + toolkit + dep_dirs + env_dirs)
+        v.set(p + "INCLUDES", includes, f"{k}.include")
+        v.set(p + "USES_TORCH", "ON" if uses_torch else "OFF")
+        v.set(p + "EXTENSION_NAME", "ON" if mentions_extension_name(files) else "OFF")
         # Torch-free kernels use C++17 so their objects do not depend on the torch version.
-        lines[p + "CXX_STD"] = str(torch.cxx_std if uses_torch else 17)
-        lines[p + "CXX_FLAGS"] = kernel.cxx_flags
-        lines[p + "CUDA_FLAGS"] = kernel.cuda_flags
-        lines[p + "ARCHS"] = [cmake_arch(c) for c in plan.kernel_archs.get(name, [])]
-    body = "\n".join(
-        f"set({k} {_cmake_list(v) if isinstance(v, list) else _cmake_list([v])})"
-        for k, v in lines.items())
-    return template("plan.cmake.in").replace("@VARIANT@", plan.name).replace("@BODY@", body)
+        v.set(p + "CXX_STD", str(torch.cxx_std if uses_torch else 17))
+        v.set(p + "CXX_FLAGS", list(kernel.cxx_flags), f"{k}.cxx-flags")
+        v.set(p + "CUDA_FLAGS", list(kernel.cuda_flags), f"{k}.cuda-flags")
+        v.set(p + "ARCHS", [cmake_arch(c) for c in plan.kernel_archs.get(name, [])],
+              f"{k}.cuda-capabilities")
+    return template("plan.cmake.in").replace("@VARIANT@", plan.name).replace("@BODY@", "\n".join(v.lines))
 
 
 def ops_py(plan: VariantPlan) -> str:
@@ -100,9 +188,10 @@ def ops_py(plan: VariantPlan) -> str:
 def generate(plan: VariantPlan) -> Path:
     """Writes the build files of `plan` into its work dir and returns that dir."""
     out = work_dir(plan)
+    cmake = plan_cmake(plan) if plan.compiled else None  # refusals before anything is written
     write_if_changed(out / "_ops.py", ops_py(plan))
-    if plan.compiled:
-        write_if_changed(out / "plan.cmake", plan_cmake(plan))
+    if cmake is not None:
+        write_if_changed(out / "plan.cmake", cmake)
         for name in ("CMakeLists.txt", "registration.h", "abi_shim.cpp"):
             write_if_changed(out / name, template(name))
         write_if_changed(out / "extension.cpp", template("extension.cpp").replace("@ID@", plan.kernel_id))

@@ -10,7 +10,9 @@ from typing import Callable
 
 from ..core import manifest as manifest_mod
 from ..core.layout import Layout
-from .assemble import install, stage
+from . import frameworks, pyops
+from .assemble import install, python_files, stage
+from .check import verify_build
 from .compile import compile_variant
 from .generate import generate
 from .plan import VariantPlan, plan_noarch, plan_variant
@@ -38,8 +40,11 @@ def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None
 
 def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None) -> BuildResult:
     start = time.monotonic()
+    pyops.check_package(python_files(plan), plan.project)
     work = generate(plan)
     so = compile_variant(plan, work, jobs) if plan.compiled else None
+    if so is not None:
+        verify_build(plan, so)
     staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
     try:
         changed = install(staged, build_dir, plan.name)
@@ -54,6 +59,7 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
           warn: Log | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
+    frameworks.refuse_unbuildable(manifest, project)
     if manifest.is_noarch:
         return [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)

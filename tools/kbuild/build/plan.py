@@ -12,6 +12,7 @@ from ..core.gitinfo import GitState, build_uid
 from ..core.layout import MANIFEST, TORCH_EXT
 from ..core.manifest import Kernel, Manifest, inside
 from ..core.variant import Variant
+from . import frameworks
 from .toolchain import CudaToolkit, find_cuda
 from .torch_install import TorchInstall
 
@@ -117,13 +118,7 @@ def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
         raise BuildError(f"backend {backend!r} cannot be compiled by this builder", file=path,
                          key="general.backends",
                          hint=f"build a backend it compiles: {', '.join(COMPILED_BACKENDS)}")
-    if manifest.is_tvm_ffi:
-        raise BuildError("tvm-ffi extensions are not built by this builder", file=path,
-                         key="tvm-ffi", hint="build a [torch] extension instead")
-    if manifest.stable_abi_for(backend):
-        raise BuildError("torch stable-ABI variants are not built by this builder yet",
-                         file=path, key="torch.stable-abi",
-                         hint="remove `stable-abi` to build a regular torch variant")
+    frameworks.refuse_unbuildable(manifest, project)
 
 
 def variant_kernels(manifest: Manifest, backend: str, cuda: Version | None) -> dict[str, Kernel]:
@@ -175,8 +170,9 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
         kernel_archs = cuda_archs(kernels, cuda, project)
     name = variant_of(torch, backend, cuda.version if cuda else None).name
     uid, git = build_uid(project, input_files(project, manifest))
-    return VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
+    plan = VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
                        uid=uid, git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs)
+    return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 
 def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:

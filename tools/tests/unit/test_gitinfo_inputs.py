@@ -72,5 +72,8 @@ def test_input_outside_a_non_git_project_is_a_clean_error(tmp_path):
     outside = tmp_path / "secret.py"
     outside.write_text("SECRET = 1\n")
     (project / "torch-ext" / "img2gray" / "linked.py").symlink_to(outside)
+    with pytest.raises(BuildError, match="linked.py is a link to a file outside the project"):
+        uid(project)  # refused when the inputs are listed (plan.input_files)
+    resolved = [p.resolve() for p in (project / "build.toml", outside)]
     with pytest.raises(BuildError, match="secret.py is outside the project"):
-        uid(project)
+        gitinfo.build_uid(project, resolved)  # and by the content hash itself

@@ -105,14 +105,16 @@ def test_tvm_ffi_is_refused_cleanly(tmp_path):
     assert info.value.key == "tvm-ffi" and "tvm-ffi" in info.value.message
 
 
-def test_stable_abi_is_refused_not_built_as_a_regular_variant(tmp_path):
+def test_stable_abi_builds_a_stable_variant_never_a_regular_one(tmp_path):
     root = make_project(tmp_path, TORCH + 'stable-abi = { cuda = "2.9" }\n', files=BINDING)
     m = manifest.load(root)
     assert plan.plan_variant(root, m, fake_torch(), "cpu").name.startswith("torch213-")
     (root / "build.toml").write_text((root / "build.toml").read_text().replace(
         '{ cuda = "2.9" }', '"2.9"'))
-    with pytest.raises(BuildError) as info:
-        plan.plan_variant(root, manifest.load(root), fake_torch(), "cpu")
+    stable = plan.plan_variant(root, manifest.load(root), fake_torch(), "cpu")
+    assert stable.name == "torch-stable-abi29-cpu-x86_64-linux"
+    with pytest.raises(BuildError) as info:  # a torch older than the stable ABI asked for
+        plan.plan_variant(root, manifest.load(root), fake_torch("2.8.0"), "cpu")
     assert info.value.key == "torch.stable-abi"
 
 

@@ -1,0 +1,1 @@
+"""Refused: capability 3.5."""

@@ -1,0 +1,1 @@
+"""Refused: a CUDA flag with shell syntax."""

@@ -1,0 +1,1 @@
+// never compiled: the build is refused first

@@ -1,0 +1,1 @@
+"""Refused: CUTLASS 3.9 is not on PyPI."""

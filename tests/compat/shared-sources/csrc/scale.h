@@ -1,0 +1,5 @@
+#pragma once
+#include <cstdint>
+
+void scale_cpu(const float* x, float* y, int64_t n, float s);
+void scale_gpu(const float* x, float* y, int64_t n, float s);

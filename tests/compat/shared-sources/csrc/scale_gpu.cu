@@ -1,0 +1,15 @@
+#include "scale.h"
+#include "scale_math.hh"
+
+namespace {
+
+__global__ void scale_gpu_kernel(const float* x, float* y, int64_t n, float s) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = scaled(x[i], s);
+}
+
+}  // namespace
+
+void scale_gpu(const float* x, float* y, int64_t n, float s) {
+  if (n > 0) scale_gpu_kernel<<<(n + 255) / 256, 256>>>(x, y, n, s);
+}

@@ -1,0 +1,1 @@
+"""tvm-ffi projects are refused."""

@@ -1,0 +1,1 @@
+// A tvm-ffi binding (never compiled here).

@@ -1,0 +1,199 @@
+"""generate: every value reaches CMake as data (read back with `cmake -P`), unsafe ones are refused
+naming their key, TORCH_EXTENSION_NAME is the build id, dependencies and the stable ABI."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kbuild.build import generate
+from kbuild.build.compile import _tool
+from kbuild.core import manifest as manifest_mod
+from kbuild.core.errors import BuildError
+from kbuild.core.runner import capture
+from kbuild_testing import cpu_kernel, make_probe_project, plan_of
+
+NASTY = ["${HOME}", "$ENV{PATH}", '"q"', "it's", "a\\b", "#c", "x)y(", "@ONLY@", "1>0", "a,b",
+         '") execute_process(COMMAND touch pwned) #', "$(touch pwned)", "`touch pwned`"]
+
+
+def read_back(plan_cmake: str, tmp: Path, variables: list[str]) -> dict[str, list[str]]:
+    """The variables as CMake itself sees them after including plan.cmake."""
+    (tmp / "plan.cmake").write_text(plan_cmake)
+    script = tmp / "dump.cmake"
+    script.write_text(textwrap.dedent(f"""
+        include("{tmp}/plan.cmake")
+        file(WRITE "{tmp}/dump.txt" "")
+        foreach(var {' '.join(variables)})
+          foreach(item IN LISTS ${{var}})
+            file(APPEND "{tmp}/dump.txt" "${{var}}\\t${{item}}\\n")
+          endforeach()
+        endforeach()
+    """))
+    proc = capture([_tool("cmake"), "-P", str(script)], cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, list[str]] = {v: [] for v in variables}
+    for line in (tmp / "dump.txt").read_text().splitlines():
+        var, _, value = line.partition("\t")
+        out[var].append(value)
+    return out
+
+
+def test_values_reach_cmake_literally_and_nothing_runs(tmp_path):
+    src = "csrc/${HOME} $ENV{X}.cpp"
+    project = make_probe_project(tmp_path / "we$ird 'p\"roj",
+                           kernels={"k": cpu_kernel([src], **{"cxx-flags": NASTY})},
+                           torch_extra={"cxx-flags": NASTY}, files={src: ""})
+    manifest = manifest_mod.load(project)
+    assert list(manifest.kernel["k"].cxx_flags) == NASTY
+    text = generate.plan_cmake(plan_of(project))
+    got = read_back(text, tmp_path, ["KB_BINDING_CXX_FLAGS", "KB_KERNEL_k_CXX_FLAGS",
+                                     "KB_KERNEL_k_SOURCES", "KB_PROJECT_DIR", "KB_ID"])
+    assert got["KB_BINDING_CXX_FLAGS"] == NASTY
+    assert got["KB_KERNEL_k_CXX_FLAGS"] == NASTY
+    assert got["KB_KERNEL_k_SOURCES"] == [str(project.resolve() / "csrc/${HOME} $ENV{X}.cpp")]
+    assert got["KB_PROJECT_DIR"] == [str(project.resolve())]
+    assert got["KB_ID"] == ["_probe_cpu_abc1234"]
+    assert not list(tmp_path.rglob("pwned"))
+
+
+@pytest.mark.parametrize("value, what", [("-DA=1;-DB=2", "a ';'"), ("-DA=\n", "a control character"),
+                                         ("-DA=$<TARGET_FILE:x>", "'$<'")])
+def test_values_cmake_cannot_carry_are_refused_naming_the_key(tmp_path, value, what):
+    project = make_probe_project(tmp_path / "p", files={"csrc/k.cpp": ""},
+                           kernels={"k": cpu_kernel(["csrc/k.cpp"], **{"cxx-flags": [value]})})
+    with pytest.raises(BuildError) as e:  # by the manifest (control characters) or by generate
+        generate.generate(plan_of(project))
+    assert e.value.key.startswith("kernel.k.cxx-flags")
+    assert what in e.value.message or "control characters" in e.value.message
+    assert Path(e.value.file).resolve() == project.resolve() / "build.toml"
+    assert not (project / ".kbuild").exists()  # refused before anything is written
+
+
+def test_a_project_path_cmake_cannot_carry_is_refused(tmp_path):
+    project = make_probe_project(tmp_path / "semi;colon")
+    with pytest.raises(BuildError) as e:
+        generate.plan_cmake(plan_of(project))
+    assert e.value.key is None and "';'" in e.value.message and "rename the directory" in e.value.hint
+
+
+def test_kernel_names_become_safe_cmake_identifiers():
+    assert generate.cmake_ident("gemm_sm90") == "gemm_sm90"
+    odd = generate.cmake_ident("gemm-sm90.v2")
+    assert generate._IDENT.match(odd) and odd.startswith("gemm_sm90_v2_")
+    assert odd != generate.cmake_ident("gemm_sm90_v2")
+
+
+def test_extension_name_is_the_build_id_for_the_binding_and_kernels_that_name_it(tmp_path):
+    project = make_probe_project(tmp_path / "p", kernels={
+        "plain": cpu_kernel(["csrc/plain.cpp"]),
+        "named": {**cpu_kernel(["csrc/named.cpp", "csrc/named.h"]), "depends": ["torch"]}},
+        files={"csrc/plain.cpp": "int f() { return 1; }  // TORCH_EXTENSION_NAMES is not it\n",
+               "csrc/named.cpp": '#include "named.h"\n',
+               "csrc/named.h": "const char* n = STRINGIFY(TORCH_EXTENSION_NAME);\n"})
+    got = read_back(generate.plan_cmake(plan_of(project)), tmp_path,
+                    ["KB_KERNEL_plain_EXTENSION_NAME", "KB_KERNEL_named_EXTENSION_NAME",
+                     "KB_KERNEL_named_CXX_SOURCES", "KB_KERNEL_named_CXX_STD"])
+    assert got["KB_KERNEL_plain_EXTENSION_NAME"] == ["OFF"]
+    assert got["KB_KERNEL_named_EXTENSION_NAME"] == ["ON"]
+    assert got["KB_KERNEL_named_CXX_SOURCES"] == [str(project.resolve() / "csrc/named.cpp")]
+    assert got["KB_KERNEL_named_CXX_STD"] == ["20"]
+    cmakelists = generate.template("CMakeLists.txt")
+    assert 'COMPILE_DEFINITIONS "TORCH_EXTENSION_NAME=${KB_ID}"' in cmakelists
+    assert "kb_extension" not in cmakelists and "-fno-gnu-unique" in cmakelists
+
+
+def test_registration_header_expands_the_name_and_pyinit_is_weak():
+    header = generate.template("registration.h")
+    assert "#define TORCH_LIBRARY_EXPAND(NAME, MODULE) TORCH_LIBRARY(NAME, MODULE)" in header
+    assert "STABLE_TORCH_LIBRARY_EXPAND(NAME, MODULE) STABLE_TORCH_LIBRARY(NAME, MODULE)" in header
+    assert "#include <torch/library.h>" not in header  # stable-ABI bindings must not get it
+    assert "__attribute__((weak" in generate.template("extension.cpp")
+
+
+def test_stable_abi_variant_compiles_with_torch_target_version(tmp_path):
+    project = make_probe_project(tmp_path / "p", torch_extra={"stable-abi": "2.9"})
+    plan = plan_of(project, name="torch-stable-abi29-cpu-x86_64-linux")
+    got = read_back(generate.plan_cmake(plan), tmp_path, ["KB_TORCH_DEFINITIONS"])
+    assert "TORCH_TARGET_VERSION=0x0209000000000000" in got["KB_TORCH_DEFINITIONS"]
+    regular = read_back(generate.plan_cmake(plan_of(project)), tmp_path, ["KB_TORCH_DEFINITIONS"])
+    assert not any("TORCH_TARGET_VERSION" in d for d in regular["KB_TORCH_DEFINITIONS"])
+
+
+def test_cutlass_headers_are_included_and_mapped_away(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    tree = cache / "cutlass" / "3.8.0.0"
+    (tree / "include" / "cutlass").mkdir(parents=True)
+    (tree / "include" / "cutlass" / "cutlass.h").write_text("")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(cache))
+    project = make_probe_project(tmp_path / "p", files={"csrc/gemm.cpp": "", "csrc/other.cpp": ""},
+                           kernels={"gemm": {**cpu_kernel(["csrc/gemm.cpp"]), "depends": ["cutlass_3_8"]},
+                                    "other": cpu_kernel(["csrc/other.cpp"])})
+    got = read_back(generate.plan_cmake(plan_of(project)), tmp_path,
+                    ["KB_KERNEL_gemm_INCLUDES", "KB_KERNEL_other_INCLUDES", "KB_BINDING_INCLUDES",
+                     "KB_PREFIX_MAP_DIRS", "KB_TOOLKIT_DIRS"])
+    headers = [str(tree.resolve() / "include"), str(tree.resolve() / "tools" / "util" / "include")]
+    assert got["KB_KERNEL_gemm_INCLUDES"] == headers
+    assert got["KB_KERNEL_other_INCLUDES"] == []
+    assert got["KB_BINDING_INCLUDES"] == headers
+    assert str(tree.resolve()) in got["KB_PREFIX_MAP_DIRS"] and got["KB_TOOLKIT_DIRS"] == [str(tree.resolve())]
+
+
+def cuda_plan_of(project: Path):
+    """The CUDA plan of `project` against a fake toolkit (nothing is run)."""
+    import dataclasses
+
+    from packaging.version import Version
+
+    from kbuild.build.toolchain import CudaToolkit
+
+    root = project.parent / "cuda"
+    toolkit = CudaToolkit(nvcc=root / "bin" / "nvcc", version=Version("13.0"), root=root)
+    toolkit.__dict__.update(include_dirs=[str(root / "include")], cudart=str(root / "libcudart.so"))
+    plan = plan_of(project, name="torch213-cxx11-cu130-x86_64-linux")
+    return dataclasses.replace(plan, backend="cuda", cuda=toolkit,
+                               kernels=plan.manifest.kernels_for("cuda"),
+                               kernel_archs={n: ["8.0"] for n, k in plan.manifest.kernel.items()
+                                             if k.backend == "cuda"})
+
+
+def cuda_project(root: Path, src: str = "csrc/k.cu", **kernel) -> Path:
+    return make_probe_project(root, backends=("cpu", "cuda"), files={src: ""}, kernels={
+        "k": {"backend": "cuda", "depends": [], "src": [src], **kernel}})
+
+
+def test_cuda_kernels_compile_with_shell_inert_values(tmp_path):
+    project = cuda_project(tmp_path / "p", **{"cuda-flags": ["--use_fast_math", "-DN=4",
+                                                              "--ptxas-options=-v,-warn-spills"],
+                                              "cxx-flags": ["-DHOST=$HOME"]})
+    got = read_back(generate.plan_cmake(cuda_plan_of(project)), tmp_path,
+                    ["KB_KERNEL_k_CUDA_FLAGS", "KB_KERNEL_k_CUDA_SOURCES", "KB_KERNEL_k_ARCHS"])
+    assert got["KB_KERNEL_k_CUDA_FLAGS"][0] == "--use_fast_math"
+    assert got["KB_KERNEL_k_ARCHS"] == ["80-real"]
+
+
+@pytest.mark.parametrize("kind, value, key", [
+    ("cuda-flags", ["-DX=$(touch pwned)"], "kernel.k.cuda-flags"),
+    ("cuda-flags", ["-DX=`touch pwned`"], "kernel.k.cuda-flags"),
+    ("cuda-flags", ["-Xcompiler=-DA='b c'"], "kernel.k.cuda-flags"),
+    ("src", "csrc/a $(x).cu", "kernel.k.src"),
+])
+def test_values_nvcc_would_hand_to_a_shell_are_refused(tmp_path, kind, value, key):
+    if kind == "src":
+        project = cuda_project(tmp_path / "p", src=value)
+    else:
+        project = cuda_project(tmp_path / "p", **{kind: value})
+    with pytest.raises(BuildError) as e:
+        generate.generate(cuda_plan_of(project))
+    assert e.value.key == key and "nvcc passes it to a shell" in e.value.message
+    assert not (project / ".kbuild").exists() and not list(tmp_path.rglob("pwned"))
+
+
+def test_a_cuda_build_from_a_folder_with_shell_characters_is_refused(tmp_path):
+    project = cuda_project(tmp_path / "it's $HOME")
+    with pytest.raises(BuildError) as e:
+        generate.plan_cmake(cuda_plan_of(project))
+    assert e.value.key is None and "folder" in e.value.hint
+    generate.plan_cmake(plan_of(project))  # its CPU variant is fine: g++ gets quoted arguments
