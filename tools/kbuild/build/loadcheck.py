@@ -83,12 +83,18 @@ def _stamp(so: Path, python: str) -> str:
     return hashlib.sha256(so.read_bytes() + b"\0" + python.encode()).hexdigest()
 
 
+def loaded_before(plan: VariantPlan, so: Path, work: Path) -> bool:
+    """Whether this very `.so` already loaded in this interpreter."""
+    stamp = work / STAMP
+    return stamp.is_file() and stamp.read_text().strip() == _stamp(so, plan.torch.python)
+
+
 def check_loads(plan: VariantPlan, so: Path, work: Path) -> None:
     """Raises BuildError with torch's message when `so` does not load; once per new `.so`."""
+    if loaded_before(plan, so, work):
+        return
     stamp = work / STAMP
     key = _stamp(so, plan.torch.python)
-    if stamp.is_file() and stamp.read_text().strip() == key:
-        return
     problem = probe(so, plan.torch.python, plan.torch.lib_dir)
     if problem is None:
         stamp.write_text(key + "\n")

@@ -61,6 +61,14 @@ def table(*headers: str, **kwargs) -> Table:
     return t
 
 
+def keep_whole(t: Table, column: int, console: Console) -> None:
+    """Gives `column` the width of its longest cell (up to half the console), so names in it
+    stay on one line where they can."""
+    cells = [str(c) for c in t.columns[column].cells]
+    longest = max((len(c) for c in cells), default=0)
+    t.columns[column].min_width = min(longest, console.width // 2)
+
+
 def find_project(path: Path) -> Path:
     """`path` or the nearest folder above it that holds a build.toml (like git finds .git)."""
     start = path.resolve()
@@ -192,9 +200,13 @@ class StepDisplay:
         self.last_print = self.clock()
         self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
+    def beat(self) -> None:
+        """Off a terminal: a `still …` line when nothing was printed for HEARTBEAT seconds."""
+        with self.lock:
+            if self.text and self.clock() - self.last_print >= self.HEARTBEAT:
+                who = f"{self.variant}: " if self.variant else ""
+                self._print(f"{who}still {self.text} ({self.clock() - self.started:.0f}s)")
+
     def _heartbeat(self) -> None:
         while not self.stop.wait(1.0):
-            with self.lock:
-                if self.text and self.clock() - self.last_print >= self.HEARTBEAT:
-                    who = f"{self.variant}: " if self.variant else ""
-                    self._print(f"{who}still {self.text} ({self.clock() - self.started:.0f}s)")
+            self.beat()

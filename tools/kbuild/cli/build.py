@@ -13,7 +13,7 @@ from typer.core import TyperCommand
 
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, METADATA, Layout
-from .app import ProjectArg, StepDisplay, app, out, table, warn
+from .app import ProjectArg, StepDisplay, app, keep_whole, out, table, warn
 
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
@@ -107,6 +107,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
                 problems[i] = f"load: {explain_load_failure(variant, python) or p}"
         status = "[green]ok[/]" if report.ok else "[red]FAILED[/]"
         results.add_row(variant.name, status, "\n".join(problems + report.notes))
+    keep_whole(results, 0, out)
     out.print(results)
     if failed:
         raise typer.Exit(1)

@@ -102,9 +102,6 @@ def project_matrix(opts: InitOptions, matrix_file: Path = DEFAULT_MATRIX) -> tup
 
     from ..matrix import matrix as matrix_mod
 
-    if not matrix_file.is_file():
-        raise BuildError("the builder's default environment matrix is missing", file=matrix_file,
-                         hint="reinstall pixi-kernel-builder")
     lines = matrix_file.read_text(encoding="utf-8").splitlines(keepends=True)
     while lines and (lines[0].startswith("#") or not lines[0].strip()):
         lines.pop(0)  # the builder's own header comment
@@ -154,9 +151,15 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
     if target.exists() and not (target.is_dir() and not any(target.iterdir())):
         raise BuildError(f"{target} already exists; kbuild init never overwrites (choose another "
                          "name, or remove it first)")
-    pixi, envs = project_matrix(opts, matrix_file)
+    if matrix_file.is_file():
+        pixi, envs = project_matrix(opts, matrix_file)
+    else:
+        warn(f"no {PIXI_TOML} written: this builder has no default environment matrix "
+             f"({matrix_file} is missing)")
+        pixi, envs = None, []
     files = render(opts, envs)
-    files[PIXI_TOML] = pixi
+    if pixi is not None:
+        files[PIXI_TOML] = pixi
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
