@@ -139,16 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=REPO / "docs" / "author_journey.json")
     p.add_argument("--keep", type=Path, default=None, help="work here instead of a temp folder")
     args = p.parse_args(argv)
+    # A new author's sources are in no compiler cache: time the builds without one.
+    os.environ.setdefault("KBUILD_COMPILER_CACHE", "none")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = (args.keep or Path(tmp)).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
+        load = os.getloadavg()[0]
         start = time.monotonic()
         journey = run(workdir, cuda_env=None if args.no_cuda else args.cuda_env)
         total = time.monotonic() - start
+        built = workdir / "build-all.json"
+        env = json.loads(built.read_text())["results"][0] if built.is_file() else {}
     print(f"{'total':<12} {total:6.1f}s")
     result = {"total_seconds": round(total, 1), "cpus": os.cpu_count(),
               "machine": platform.machine(), "python": platform.python_version(),
-              "date": time.strftime("%Y-%m-%d"),
+              "date": time.strftime("%Y-%m-%d"), "load_before": round(load, 2),
+              "cuda_environment": {"created": env.get("env_created"),
+                                   "seconds": round(env.get("env_seconds") or 0, 1)},
               "steps": [{k: (round(v, 1) if k == "seconds" else v) for k, v in asdict(s).items()
                          if k != "output"} for s in journey.steps]}
     args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -83,3 +83,16 @@ def complete_variants(build: Path) -> list[str]:
         report = check_variant(build / name, load=False)
         assert report.ok, (name, report.problems)
     return names
+
+
+def envs_folder() -> Path:
+    """Where tests realise PyPI environments: $KBUILD_ENVS_DIR (shared between checkouts) or
+    the repository's .kbuild/envs."""
+    shared = os.environ.get("KBUILD_ENVS_DIR")
+    return Path(shared).resolve() if shared else REPO / ".kbuild" / "envs"
+
+
+def cuda_env_shared():
+    """cuda_env(), realised in envs_folder()."""
+    from kbuild.matrix import envs, matrix
+    return envs.realise(matrix.load(REPO).get(CUDA_ENV), envs_folder())

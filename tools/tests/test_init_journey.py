@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -19,7 +18,7 @@ from typer.testing import CliRunner
 from kbuild.build import pipeline
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
-from kbuild_testing import CUDA_ENV, REPO
+from kbuild_testing import CUDA_ENV, REPO, cuda_env_shared, envs_folder
 
 pytestmark = pytest.mark.slow
 CPU_VARIANT = "torch213-cxx11-cpu-x86_64-linux"
@@ -29,16 +28,18 @@ CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
 def journey_module():
     spec = importlib.util.spec_from_file_location("author_journey", REPO / "benchmarks" / "author_journey.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
 @pytest.fixture(scope="module")
-def journey(tmp_path_factory, cuda_python):
-    """The whole journey once; the CUDA environment is the one the cuda_python fixture realised."""
+def journey(tmp_path_factory):
+    """The whole journey once, with the CUDA environment realised (or reused) in the tests'
+    shared environment folder, so the journey's build-all finds it."""
+    cuda_env_shared()
     mp = pytest.MonkeyPatch()
-    envs = Path(cuda_python).parents[2]
-    mp.setenv("KBUILD_ENVS_DIR", str(envs))
+    mp.setenv("KBUILD_ENVS_DIR", str(envs_folder()))
     try:
         yield journey_module().run(tmp_path_factory.mktemp("journey"), cuda_env=CUDA_ENV,
                                    log=lambda line: None)
