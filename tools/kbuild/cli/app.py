@@ -139,8 +139,11 @@ class StepDisplay:
 
     PLAIN_EVERY = 5.0
     HEARTBEAT = 15.0
-    ANNOUNCED = {"configure": "configuring (CMake)", "compile": "compiling",
-                 "load": "checking that the extension loads"}
+    LABELS = {"environment": "environment:", "generate": "writing the build files",
+              "configure": "configuring (CMake)", "compile": "compiling",
+              "assemble": "assembling", "load": "checking that the extension loads",
+              "install": "installing"}
+    ANNOUNCED = ("configure", "compile", "load")  # stages that get a plain line when they start
 
     def __init__(self, console: Console | None = None, live: bool | None = None) -> None:
         import threading
@@ -161,8 +164,12 @@ class StepDisplay:
 
         if self.live:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                     TimeElapsedColumn(), console=self.console, transient=True)
+            from rich.table import Column
+            self.progress = Progress(
+                SpinnerColumn(), TimeElapsedColumn(table_column=Column(min_width=7, no_wrap=True)),
+                TextColumn("{task.description}", table_column=Column(
+                    no_wrap=True, overflow="ellipsis", ratio=1)),
+                console=self.console, transient=True, expand=True)
             self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
         else:
@@ -178,7 +185,7 @@ class StepDisplay:
             self.thread.join(timeout=2)
 
     def __call__(self, step) -> None:
-        what = self.ANNOUNCED.get(step.stage, step.stage)
+        what = self.LABELS.get(step.stage, step.stage)
         counted = f"[{step.done}/{step.total}] {step.detail}" if step.total else step.detail
         text = " ".join(p for p in (f"{step.variant}:" if step.variant else "", what, counted) if p)
         with self.lock:

@@ -59,7 +59,7 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     return results
 
 
