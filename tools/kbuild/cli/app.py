@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -112,9 +112,9 @@ def _version_callback(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[Optional[bool], typer.Option(
+def _root(version: Annotated[bool, typer.Option(
         "--version", callback=_version_callback, is_eager=True,
-        help="Print the version and exit.")] = None) -> None:
+        help="Print the version and exit.")] = False) -> None:
     """Build PyTorch kernels in the Hugging Face `kernels` format."""
 
 

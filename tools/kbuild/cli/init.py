@@ -202,8 +202,10 @@ def init(
         "--repo-id", help="Hub repo to upload to (org/name); default: your-org/NAME.")] = None,
     git: Annotated[bool, typer.Option(help="Initialise a git repository (files staged).")] = True,
 ) -> None:
-    """Create a new kernel project: build.toml, CPU/CUDA kernels, binding, Python wrapper,
-    tests, benchmark, CARD.md and pixi.toml with the environment matrix."""
+    """Create a new kernel project in PATH, ready to build, test, benchmark and upload.
+
+    It holds build.toml, CPU and CUDA kernels, the binding, a Python wrapper with a fake
+    implementation, tests, a benchmark, CARD.md and pixi.toml with the environment matrix."""
     target = path if path.is_absolute() else Path.cwd() / path
     name = target.name.replace("_", "-")
     if not NAME_RE.match(name):
