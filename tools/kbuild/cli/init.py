@@ -27,6 +27,7 @@ DEFAULT_MATRIX = next((p for p in (RESOURCES / "matrix" / PIXI_TOML,
                       RESOURCES / "matrix" / PIXI_TOML)
 SCAFFOLD_BACKENDS = ("cpu", "cuda")
 BUILDER = "pixi-kernel-builder"
+LOCKS = "locks"  # PEP 751 locks of the matrix's environments, next to its pixi.toml
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,10 @@ def project_matrix(opts: InitOptions, matrix_file: Path = DEFAULT_MATRIX) -> tup
         dep.update({"version": f"=={__version__}", "extras": ["test"]})
         warn(f"{PIXI_TOML}: set the source of {BUILDER} (it is not on PyPI)")
     doc.setdefault("pypi-dependencies", tomlkit.table())[BUILDER] = dep
+    tasks = doc.setdefault("tasks", tomlkit.table())
+    for name, task in tomlkit.parse((TEMPLATES / "pixi-tasks.toml").read_text())["tasks"].items():
+        if name not in tasks:
+            tasks[name] = task
     header = ("# Build environments, one per variant, from pixi-kernel-builder's default matrix:\n"
               "# `pixi run -e <environment> dev` builds that environment's variant and runs tests/,\n"
               "# `kbuild build-all` builds them all (through pixi, or realised from PyPI).\n\n")
@@ -166,6 +171,9 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
         for rel, text in files.items():
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             (staging / rel).write_text(text, encoding="utf-8")
+        locks = matrix_file.parent / LOCKS
+        if pixi is not None and locks.is_dir():  # the matrix's environment locks, if it has any
+            shutil.copytree(locks, staging / LOCKS)
         staging.chmod(0o777 & ~_umask())
         os.rename(staging, target)
     finally:

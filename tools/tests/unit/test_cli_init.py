@@ -142,3 +142,28 @@ def test_underscores_become_dashes_and_git_stages_the_files(tmp_path):
         from kbuild.core.runner import capture
         staged = capture(["git", "-C", str(project), "diff", "--cached", "--name-only"]).stdout
         assert "build.toml" in staged.split() and "pixi.toml" in staged.split()
+
+
+def test_a_bare_matrix_gets_the_builder_and_the_tasks_and_its_locks_come_along(tmp_path):
+    """A default matrix without tasks or a builder dependency (as one shipped with the builder
+    may be), with environment locks next to it."""
+    import tomlkit
+
+    doc = tomlkit.parse(init_cli.DEFAULT_MATRIX.read_text())
+    del doc["tasks"]
+    del doc["pypi-dependencies"]["pixi-kernel-builder"]
+    source = tmp_path / "matrix"
+    (source / "locks" / "linux-64").mkdir(parents=True)
+    (source / "locks" / "linux-64" / "torch214-cpu.pylock.toml").write_text("lock-version = '1.0'\n")
+    (source / "pixi.toml").write_text("# the builder's own comment\n" + tomlkit.dumps(doc))
+    opts = init_cli.InitOptions("my-kernel", "org/my-kernel", ("cpu",), False)
+    target = tmp_path / "my-kernel"
+    init_cli.create(target, opts, git=False, matrix_file=source / "pixi.toml")
+    text = (target / "pixi.toml").read_text()
+    raw = tomllib.loads(text)
+    assert "the builder's own comment" not in text
+    assert set(raw["tasks"]) == {"dev", "build", "build-all", "upload", "test"}
+    assert raw["tasks"]["dev"]["cmd"] == "kbuild dev"
+    assert raw["pypi-dependencies"]["pixi-kernel-builder"]["editable"] is True
+    assert (target / "locks" / "linux-64" / "torch214-cpu.pylock.toml").is_file()
+    assert [e.name for e in matrix.load(target).envs] == [e.name for e in matrix.load(source).envs]
