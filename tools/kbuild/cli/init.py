@@ -134,7 +134,7 @@ def project_matrix(opts: InitOptions, matrix_file: Path = DEFAULT_MATRIX) -> tup
     return text, envs
 
 
-def parse_backends(values: list[str] | None, noarch: bool) -> tuple[str, ...]:
+def parse_backends(values: list[str] | None) -> tuple[str, ...]:
     chosen: list[str] = []
     for item in values or ["cpu,cuda"]:
         for b in item.split(","):
@@ -222,7 +222,7 @@ def init(
     repo = repo_id or f"your-org/{name}"
     if "/" not in repo.strip("/"):
         raise BuildError(f"--repo-id {repo!r}: expected org/name")
-    opts = InitOptions(name=name, repo_id=repo, backends=parse_backends(backends, noarch),
+    opts = InitOptions(name=name, repo_id=repo, backends=parse_backends(backends),
                        noarch=noarch)
     create(target, opts, git=git)
     kind = "noarch (Python)" if noarch else " + ".join(b.upper() for b in opts.backends)
