@@ -61,9 +61,9 @@ CUDA_ENV = "torch214-cu130"
 
 
 def cuda_env():
-    """The torch 2.14.1 + CUDA 13.0 environment of pixi.toml, realised from PyPI under .kbuild/envs."""
+    """The torch 2.14.1 + CUDA 13.0 environment of pixi.toml, realised from PyPI in envs_folder()."""
     from kbuild.matrix import envs, matrix
-    return envs.realise(matrix.load(REPO).get(CUDA_ENV), REPO / ".kbuild" / "envs")
+    return envs.realise(matrix.load(REPO).get(CUDA_ENV), envs_folder())
 
 
 def default_sigint() -> None:
@@ -202,3 +202,11 @@ def plan_of(project: Path, name: str = "torch213-cxx11-cpu-x86_64-linux"):
     return VariantPlan(project=project.resolve(), manifest=manifest, backend="cpu",
                        torch=fake_torch_at(project.parent), name=name, uid="abc1234", git=None,
                        kernels=manifest.kernels_for("cpu"))
+
+
+def envs_folder() -> Path:
+    """Where tests realise PyPI environments: $KBUILD_ENVS_DIR (shared between checkouts) or
+    the repository's .kbuild/envs."""
+    shared = os.environ.get("KBUILD_ENVS_DIR")
+    return Path(shared).resolve() if shared else REPO / ".kbuild" / "envs"
+

@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Callable
 
 from ..core.errors import BuildError
 from ..core.runner import run_logged
@@ -61,8 +62,19 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     return args
 
 
-def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Path:
+# (phase, line): phase "configure" or "build"; line "" when the phase starts, then each output line.
+Progress = Callable[[str, str], None]
+
+
+def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
+                    progress: Progress | None = None) -> Path:
     """Configures (once) and builds; returns the path of the built `.so`."""
+    def phase(name: str):
+        if progress is None:
+            return None
+        progress(name, "")
+        return lambda line: progress(name, line)
+
     build = src / "cmake-build"
     log = src / "build.log"
     log.write_text("")
@@ -72,12 +84,12 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None) -> Pa
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
     if not (build / "build.ninja").is_file():
-        run_logged(args, log, "CMake configure", env=env)
+        run_logged(args, log, "CMake configure", env=env, on_line=phase("configure"))
         stamp.write_text("\n".join(args))
     cmd = [_tool("cmake"), "--build", str(build)]
     if jobs:
         cmd += ["--parallel", str(jobs)]
-    run_logged(cmd, log, "compilation", env=env)
+    run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")

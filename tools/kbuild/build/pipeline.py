@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from .assemble import install, python_files, stage
 from .check import verify_build
 from .compile import compile_variant
 from .generate import generate
+from .loadcheck import check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
 from .torch_install import TorchInstall, read_torch_install
 
@@ -30,6 +32,45 @@ class BuildResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Step:
+    """Where a build is, for progress displays. `stage`: environment, generate, configure,
+    compile, assemble, load or install; during `compile`, `done`/`total` are Ninja's counts and
+    `detail` the file of the step Ninja finished last."""
+    variant: str
+    stage: str
+    detail: str = ""
+    done: int | None = None
+    total: int | None = None
+
+
+OnStep = Callable[[Step], None]
+NINJA_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
+NINJA_OBJECT = re.compile(r"^Building \w+ object CMakeFiles/[^/]+\.dir/(.+)\.o$")
+
+
+def ninja_file(description: str, project: Path) -> str:
+    """`Building CXX object CMakeFiles/t.dir/<abs path>.o` → the project-relative source."""
+    m = NINJA_OBJECT.match(description)
+    if not m:
+        return description.replace("Linking CXX shared module", "linking").strip()
+    path = "/" + m.group(1)
+    root = str(project).rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else m.group(1)
+
+
+def _compile_progress(plan: VariantPlan, on_step: OnStep):
+    def progress(phase: str, line: str) -> None:
+        if not line:
+            on_step(Step(plan.name, "configure" if phase == "configure" else "compile"))
+            return
+        m = NINJA_LINE.match(line)
+        if phase == "build" and m:
+            on_step(Step(plan.name, "compile", ninja_file(m.group(3), plan.project),
+                         int(m.group(1)), int(m.group(2))))
+    return progress
+
+
 def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[str]:
     """A CUDA torch builds the `cuda` variant, a CPU torch the `cpu` one (if listed)."""
     if manifest.is_noarch:
@@ -38,15 +79,25 @@ def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None
     return [want] if want in manifest.general.backends else [manifest.general.backends[0]]
 
 
-def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None) -> BuildResult:
+def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
+               on_step: OnStep | None = None, verify: bool = True) -> BuildResult:
+    """Builds one variant. `verify`: load a new extension before installing it (loadcheck)."""
     start = time.monotonic()
+    step = on_step or (lambda s: None)
     pyops.check_package(python_files(plan), plan.project)
+    step(Step(plan.name, "generate"))
     work = generate(plan)
-    so = compile_variant(plan, work, jobs) if plan.compiled else None
-    if so is not None:
+    so = None
+    if plan.compiled:
+        so = compile_variant(plan, work, jobs, _compile_progress(plan, step) if on_step else None)
         verify_build(plan, so)
+    step(Step(plan.name, "assemble"))
     staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
     try:
+        if so is not None and verify and not loaded_before(plan, staged / so.name, work):
+            step(Step(plan.name, "load"))
+            check_loads(plan, staged / so.name, work)
+        step(Step(plan.name, "install"))
         changed = install(staged, build_dir, plan.name)
     finally:
         if staged.exists():
@@ -56,19 +107,22 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None) -> B
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          warn: Log | None = None) -> list[VariantPlan]:
+          warn: Log | None = None, on_step: OnStep | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
     if manifest.is_noarch:
         return [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
+    if on_step:
+        on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
     return [plan_variant(project, manifest, torch, b) for b in backends or default_backends(manifest, torch)]
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           build_dir: Path | None = None, jobs: int | None = None,
-          warn: Log | None = None) -> list[BuildResult]:
+          warn: Log | None = None, on_step: OnStep | None = None,
+          verify: bool = True) -> list[BuildResult]:
     build_dir = Layout.of(project, build_dir).build_dir
-    return [build_plan(p, build_dir, jobs) for p in plans(project, backends=backends,
-                                                          python=python, warn=warn)]
+    return [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify)
+            for p in plans(project, backends=backends, python=python, warn=warn, on_step=on_step)]

@@ -2,23 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from ..core.errors import BuildError
-from ..core.layout import MANIFEST, Layout
-from .app import app, out, warn
+from ..core.layout import MANIFEST, METADATA, Layout
+from .app import ProjectArg, StepDisplay, app, keep_whole, out, table, warn
 
-ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
 PythonOpt = Annotated[Optional[str], typer.Option(
-    help="Interpreter whose torch to build against; default: this one.")]
+    help="Interpreter whose torch to build against; default: this one if it has torch, else "
+         "the active environment's ($VIRTUAL_ENV, $CONDA_PREFIX).")]
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
 EnvOpt = Annotated[Optional[str], typer.Option(
     "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
+
+
+def target_python(python: str | None) -> str | None:
+    """--python; else None (this interpreter) when it has torch; else the python of the active
+    virtualenv or pixi/conda environment, so a `kbuild` installed as a tool builds for it."""
+    if python:
+        return python
+    import importlib.util
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        root = os.environ.get(var)
+        candidate = Path(root) / "bin" / "python" if root else None
+        if candidate and candidate.is_file() and Path(root).resolve() != Path(sys.prefix).resolve():
+            return str(candidate)
+    return None
 
 
 @app.command()
@@ -27,25 +47,50 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
     """Write the build files (CMake project, registration.h, _ops.py) from templates."""
     from ..build import generate as gen
     from ..build import pipeline
-    for plan in pipeline.plans(project, backends=backend, python=python, warn=warn):
+    for plan in pipeline.plans(project, backends=backend, python=target_python(python), warn=warn):
         out.print(f"{plan.name}: {gen.generate(plan)}")
+
+
+def run_build(project: Path, backend: list[str] | None, python: str | None,
+              build_dir: Path | None = None, jobs: int | None = None) -> list:
+    """Builds with progress on stderr and one result line per variant on stdout."""
+    from ..build import pipeline
+    with StepDisplay() as display:
+        results = pipeline.build(project, backends=backend, python=target_python(python),
+                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display)
+    for r in results:
+        state = "built" if r.changed else "up to date"
+        out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
+                  highlight=False, soft_wrap=True)
+    return results
 
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
-    """Compile for the torch of PYTHON (or of --env) and assemble build/<variant>/."""
-    from ..build import pipeline
+    """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
+    build/<variant>/."""
     if env:
         if python:
             raise BuildError("--env and --python exclude each other")
         from .matrix import env_interpreter
         python = env_interpreter(project, env)
-    for r in pipeline.build(project, backends=backend, python=python, build_dir=build_dir,
-                            jobs=jobs, warn=warn):
-        state = "built" if r.changed else "up to date"
-        out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}")
+    run_build(project, backend, python, build_dir, jobs)
+
+
+def explain_load_failure(variant: Path, python: str | None) -> str | None:
+    """torch's own message for a variant whose load crashed the check's probe."""
+    from ..build import loadcheck
+    from ..build.torch_install import read_torch_install
+    sos = sorted(variant.glob("*.so"))
+    if len(sos) != 1:
+        return None
+    try:
+        torch = read_torch_install(python)
+    except BuildError:
+        return None
+    return loadcheck.probe(sos[0], torch.python, torch.lib_dir)
 
 
 @app.command()
@@ -54,20 +99,24 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
           load: Annotated[bool, typer.Option(help="Also load each variant with kernels.")] = True
           ) -> None:
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
-    from rich.table import Table
-
     from ..build.check import check_variant, variant_dirs
+    python = target_python(python)
     root = Layout.of(project, build_dir).build_dir
     if not root.is_dir() or not variant_dirs(root):
         raise BuildError("no variants to check", file=root, hint="run `kbuild build` first")
-    table = Table("variant", "result", "details")
+    results = table("variant", "result", "details")
     failed = 0
     for variant in variant_dirs(root):
         report = check_variant(variant, python=python, load=load)
         failed += not report.ok
+        problems = [str(p) for p in report.problems]
+        for i, p in enumerate(report.problems):
+            if getattr(p, "code", "") == "load.failed" and "probe crashed" in p:
+                problems[i] = f"load: {explain_load_failure(variant, python) or p}"
         status = "[green]ok[/]" if report.ok else "[red]FAILED[/]"
-        table.add_row(variant.name, status, "\n".join(report.problems + report.notes))
-    out.print(table)
+        results.add_row(variant.name, status, "\n".join(problems + report.notes))
+    keep_whole(results, 0, out)
+    out.print(results)
     if failed:
         raise typer.Exit(1)
 
@@ -105,8 +154,6 @@ def clean(project: ProjectArg = Path(".")) -> None:
 def update_build(project: ProjectArg = Path("."),
                  dry_run: Annotated[bool, typer.Option(help="Print, don't write.")] = False) -> None:
     """Rewrite an older build.toml as edition 5."""
-    import os
-
     import tomli_w
 
     from ..core import editions
@@ -132,21 +179,81 @@ def update_build(project: ProjectArg = Path("."),
     out.print(f"rewrote {path} (comments are not kept)")
 
 
-@app.command()
-def dev(project: ProjectArg = Path("."), backend: BackendOpt = None,
-        pytest_args: Annotated[Optional[list[str]], typer.Argument(
-            help="Extra pytest arguments (after --).")] = None) -> None:
-    """The fast loop: rebuild what changed, then run the kernel's tests against the build."""
-    import subprocess
-    import sys as _sys
+# --- dev: build, then the project's tests, with tracebacks pointing at torch-ext/ ---------------
 
-    from ..build import pipeline
-    project = project.resolve()
-    for r in pipeline.build(project, backends=backend, warn=warn):
-        out.print(f"{'built' if r.changed else 'up to date'} {r.variant} in {r.seconds:.1f}s")
-    tests = project / "tests"
-    if not tests.is_dir():
+class PassThroughCommand(TyperCommand):
+    """Everything after `--` goes to pytest (ctx.meta["pytest_args"]), never to our arguments."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["pytest_args"] = args[i + 1:]
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
+
+
+def source_map(project: Path, build_dir: Path) -> dict[str, str]:
+    """Python files of built variants → the torch-ext/ files they were copied from, as absolute
+    paths and as paths relative to the project (how pytest prints them)."""
+    from ..core import manifest as manifest_mod
+    module = manifest_mod.load(project).general.module_name
+    package = Layout.of(project).module_dir(module)
+    mapping: dict[str, str] = {}
+    if not build_dir.is_dir():
+        return mapping
+    for variant in build_dir.iterdir():
+        if not (variant / METADATA).is_file():
+            continue
+        for built in variant.rglob("*.py*"):
+            source = package / built.relative_to(variant)
+            if built.suffix in (".py", ".pyi") and source.is_file():
+                mapping[str(built)] = str(source)
+                if built.is_relative_to(project):
+                    mapping[str(built.relative_to(project))] = str(source.relative_to(project))
+    return mapping
+
+
+def path_rewriter(mapping: dict[str, str]):
+    """A function that rewrites every mapped path in a line of output."""
+    if not mapping:
+        return lambda line: line
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
+    return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
+
+
+def run_tests(project: Path, python: str | None, args: list[str]) -> int:
+    import subprocess
+
+    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q", *args]
+    if any(a in INTERACTIVE for a in args):
+        return subprocess.call(cmd, cwd=project)
+    if out.is_terminal and not any(a.startswith("--color") for a in args):
+        cmd.append("--color=yes")
+    rewrite = path_rewriter(source_map(project, Layout.of(project).build_dir))
+    proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", bufsize=1)
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(rewrite(line))
+            sys.stdout.flush()
+    finally:
+        code = proc.wait()
+    return code
+
+
+@app.command(cls=PassThroughCommand)
+def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
+        python: PythonOpt = None) -> None:
+    """The fast loop: rebuild what changed, then run the project's tests/ against the build.
+
+    Arguments after `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks through the
+    built package point at its torch-ext/ sources."""
+    python = target_python(python)
+    run_build(project, backend, python)
+    if not (project / "tests").is_dir():
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
-    code = subprocess.call([_sys.executable, "-m", "pytest", str(tests), "-q",
-                            *(pytest_args or [])], cwd=project)
-    raise typer.Exit(code)
+    raise typer.Exit(run_tests(project, python, ctx.meta.get("pytest_args", [])))

@@ -27,10 +27,16 @@ def serve(
     from kbuild_hub import HubServer
 
     server = HubServer(token=token, data_dir=data_dir, port=port).start()
-    log(f"HF_ENDPOINT={server.url}")
-    log("serving; Ctrl-C stops" + (f" (data in {data_dir})" if data_dir else " (in memory)"))
+    log("Local Hub: run these in the shell of the clients (kbuild upload, kernels, hf):")
+    log(f"  export HF_ENDPOINT={server.url}")
+    log(f"  export HF_TOKEN={token}" if token else
+        "  export HF_TOKEN=local    # any value: this server checks no token")
+    log("serving " + (f"with the repositories in {data_dir}" if data_dir else "from memory")
+        + "; Ctrl-C stops")
     try:
         while True:
             time.sleep(3600)
+    except KeyboardInterrupt:
+        log("stopped")
     finally:
         server.stop()
