@@ -22,9 +22,7 @@ TEMPLATES = resources.files("kbuild") / "resources" / "init"
 RESOURCES = Path(str(resources.files("kbuild") / "resources"))
 # The environment matrix a new project's pixi.toml starts from: the default matrix that ships
 # with the builder, else (in a checkout without one) the builder repository's own pixi.toml.
-DEFAULT_MATRIX = next((p for p in (RESOURCES / "matrix" / PIXI_TOML,
-                                   RESOURCES.parents[2] / PIXI_TOML) if p.is_file()),
-                      RESOURCES / "matrix" / PIXI_TOML)
+DEFAULT_MATRIX = RESOURCES / "matrix" / PIXI_TOML  # the matrix that ships with the builder
 SCAFFOLD_BACKENDS = ("cpu", "cuda")
 BUILDER = "pixi-kernel-builder"
 LOCKS = "locks"  # PEP 751 locks of the matrix's environments, next to its pixi.toml
