@@ -211,7 +211,7 @@ def test_lock_download_and_offline_load(hub, proj, tmp_path):
     assert lock == [{"dependency": {"repo-id": REPO, "version": 1}, "lock": {"commit": result.commit}}]
     downloaded = kernels_cli("download", str(consumer), env=env)
     assert downloaded.returncode == 0, downloaded.stderr
-    # Sharp edge (spec §7): with huggingface_hub >= 1.26 an offline load needs the whole
+    # Sharp edge: with huggingface_hub >= 1.26 an offline load needs the whole
     # snapshot of the locked commit cached, not just the variant `kernels download` fetched.
     full = subprocess.run([str(Path(sys.executable).parent / "hf"), "download", REPO, "--repo-type", "kernel",
                            "--revision", result.commit], env=env, capture_output=True, text=True, timeout=120)

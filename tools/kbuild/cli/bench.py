@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
-from .app import app, out, warn
+from .app import ProjectArg, app, out, table as make_table, warn
 
 
 def find_benchmarks(project: Path, only: list[str] | None = None) -> list[Path]:
@@ -68,8 +67,8 @@ def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device
     return code, time.monotonic() - start
 
 
-def summary_table(results: list[dict]) -> Table:
-    table = Table("kernel", "case", "ours us/call", "GB/s", "x copy", "flushed x copy",
+def summary_table(results: list[dict]):
+    table = make_table("kernel", "case", "ours us/call", "GB/s", "x copy", "flushed x copy",
                   "ours vs baselines", "ok",
                   title="ours, per case: calls back to back, wall clock per call (x copy = "
                         "achieved / device-to-device copy bandwidth; flushed = one call after "
@@ -92,8 +91,7 @@ def summary_table(results: list[dict]) -> Table:
 
 @app.command()
 def bench(
-    project: Annotated[Path, typer.Argument(help="Kernel project directory.",
-                                            show_default=".")] = Path("."),
+    project: ProjectArg = Path("."),
     variant_dir: Annotated[Optional[Path], typer.Option(
         help="A built variant (or a folder of variants) to benchmark; default: build the "
              "project's variant for --device (no-op when up to date).")] = None,
@@ -137,7 +135,7 @@ def bench(
                 if before.get(p) != p.stat().st_mtime_ns]
         runs.append((script, code, seconds, made))
 
-    status = Table("benchmark", "status", "time", "results", title=f"kbuild bench {project.name}",
+    status = make_table("benchmark", "status", "time", "results", title=f"kbuild bench {project.name}",
                    title_justify="left")
     loaded = []
     for script, code, seconds, made in runs:

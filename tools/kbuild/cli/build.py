@@ -166,7 +166,7 @@ def update_build(project: ProjectArg = Path("."),
         out.print(f"{project / MANIFEST} is already edition {editions.CURRENT_EDITION}")
         return
     text = tomli_w.dumps(upgraded)
-    manifest.Manifest.model_validate(upgraded)  # fail before writing anything invalid
+    manifest.validate(upgraded, project / MANIFEST)  # fail before writing anything invalid
     if dry_run:
         out.print(text, highlight=False, markup=False)
         return

@@ -9,11 +9,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
-from .app import app, err, out, warn
+from .app import app, err, out, table as make_table, warn
 
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -135,7 +134,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _table(results, runner) -> None:
-    table = Table("environment", "variant", "status", "env", "build", "total", ".so", "notes",
+    table = make_table("environment", "variant", "status", "env", "build", "total", ".so", "notes",
                   title=f"build-all ({runner.via}) -> {runner.build_dir}")
     colors = {"built": "green", "up to date": "green", "failed": "red", "interrupted": "red",
               "unavailable": "yellow"}
@@ -193,7 +192,7 @@ def envs(
             rows.append(row)
         typer.echo(json.dumps(rows, indent=1))
         return
-    table = Table("environment", "variant", "platforms", "torch wheel", "toolkit", "lock", "here",
+    table = make_table("environment", "variant", "platforms", "torch wheel", "toolkit", "lock", "here",
                   title=f"{mx.path} ({len(specs)} environments; realisable here from PyPI?)")
     reasons = []
     for s in specs:
@@ -264,7 +263,7 @@ def lock(
     if platform == lock_mod.host_platform():
         specs = envs_mod.annotate(specs, envs_mod.envs_dir(project, envs_dir), torch_index=torch_index)
     inst = envs_mod.installer()
-    table = Table("environment", "lock", "status", title=f"locks for {platform} ({mx.locks / platform})")
+    table = make_table("environment", "lock", "status", title=f"locks for {platform} ({mx.locks / platform})")
     done: dict[str, str] = {}
     failed = 0
     for spec in specs:

@@ -7,12 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import app, log, warn
+from .app import ProjectArg, app, log, warn
 
 
 @app.command()
 def upload(
-    project: Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")] = Path("."),
+    project: ProjectArg = Path("."),
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Hub kernel repo (org/name); default: build.toml [general.hub] repo-id.")] = None,
     build_dir: Annotated[Optional[Path], typer.Option(
