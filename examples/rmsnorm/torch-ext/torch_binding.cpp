@@ -128,7 +128,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
 rms_norm_handle() {
   static const auto handle =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow((std::string(kb_extension_name) + "::rms_norm").c_str(), "")
+          .findSchemaOrThrow(STRINGIFY(TORCH_EXTENSION_NAME) "::rms_norm", "")
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return handle;
 }

@@ -20,7 +20,7 @@ def variant_meta():
 
 def test_ops_live_in_the_build_namespace():
     _, meta = variant_meta()
-    assert kernel._ops.ops._name == meta["id"]
+    assert kernel._ops.ops.name == meta["id"]
     assert kernel._ops.add_op_namespace_prefix("x") == meta["id"] + "::x"
 
 
