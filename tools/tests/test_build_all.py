@@ -80,7 +80,7 @@ def test_unrealisable_environment_is_reported_not_built(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kbuild", "build-all", str(project), "--only",
                            "torch27-cu126", "--envs-dir", str(tmp_path / "envs"), "--via", "pypi",
                            "--json", str(tmp_path / "s.json")], capture_output=True, text=True)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and (tmp_path / "s.json").is_file(), proc.stdout + proc.stderr
     (result,) = json.loads((tmp_path / "s.json").read_text())["results"]
     assert result["status"] == "failed" and "toolkit" in result["message"]
     assert not (project / "build").exists()
