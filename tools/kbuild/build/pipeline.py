@@ -11,6 +11,7 @@ from typing import Callable
 
 from ..core import manifest as manifest_mod
 from ..core.layout import Layout
+from ..core.locking import locked
 from . import frameworks, pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
@@ -85,23 +86,25 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
     start = time.monotonic()
     step = on_step or (lambda s: None)
     pyops.check_package(python_files(plan), plan.project)
-    step(Step(plan.name, "generate"))
-    work = generate(plan)
-    so = None
-    if plan.compiled:
-        so = compile_variant(plan, work, jobs, _compile_progress(plan, step) if on_step else None)
-        verify_build(plan, so)
-    step(Step(plan.name, "assemble"))
-    staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
-    try:
-        if so is not None and verify and not loaded_before(plan, staged / so.name, work):
-            step(Step(plan.name, "load"))
-            check_loads(plan, staged / so.name, work)
-        step(Step(plan.name, "install"))
-        changed = install(staged, build_dir, plan.name)
-    finally:
-        if staged.exists():
-            shutil.rmtree(staged, ignore_errors=True)
+    # Two builds of one variant (two terminals, parallel tests) take turns on its work dir.
+    with locked(Layout.of(plan.project).variant_work(plan.name).with_suffix(".lock")):
+        step(Step(plan.name, "generate"))
+        work = generate(plan)
+        so = None
+        if plan.compiled:
+            so = compile_variant(plan, work, jobs, _compile_progress(plan, step) if on_step else None)
+            verify_build(plan, so)
+        step(Step(plan.name, "assemble"))
+        staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
+        try:
+            if so is not None and verify and not loaded_before(plan, staged / so.name, work):
+                step(Step(plan.name, "load"))
+                check_loads(plan, staged / so.name, work)
+            step(Step(plan.name, "install"))
+            changed = install(staged, build_dir, plan.name)
+        finally:
+            if staged.exists():
+                shutil.rmtree(staged, ignore_errors=True)
     return BuildResult(plan.name, build_dir / plan.name, plan.kernel_id, changed,
                        time.monotonic() - start)
 

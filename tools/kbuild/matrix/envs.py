@@ -14,7 +14,6 @@ requirements are resolved afresh. Packages come from uv or pip (installer.py).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import shutil
@@ -22,14 +21,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from packaging.version import Version
 
 from ..core.errors import BuildError
+from ..core.locking import locked
 from ..core.runner import capture
 from ..core.layout import Layout
 from ..build.toolchain import find_toolkit, nvcc_version
@@ -73,21 +72,10 @@ def local_toolkit(cuda: str) -> Path | None:
     return toolkit.root if toolkit else None
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _probe(inst: Installer, requirement: str, indexes: list[str], cache: Path) -> tuple[str | None, str]:
     """(compute flavour or None, detail) for a torch requirement, cached for a day."""
     key = f"{inst.kind}|{requirement}|{' '.join(indexes)}|{json.dumps(inst.config, sort_keys=True)}"
-    with _locked(cache.with_suffix(".lock")):
+    with locked(cache.with_suffix(".lock")):
         data = json.loads(cache.read_text()) if cache.is_file() else {}
     hit = data.get(key)
     if hit and time.time() - hit["at"] < PROBE_TTL_S:
@@ -99,7 +87,7 @@ def _probe(inst: Installer, requirement: str, indexes: list[str], cache: Path) -
         compute, detail = None, str(e)
     except subprocess.TimeoutExpired:
         return None, "resolution timed out"
-    with _locked(cache.with_suffix(".lock")):
+    with locked(cache.with_suffix(".lock")):
         data = json.loads(cache.read_text()) if cache.is_file() else {}
         data[key] = {"compute": compute, "detail": detail, "at": time.time()}
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +197,7 @@ class Packages:
             raise BuildError(f"{self.lock.path.name} is locked for Python {self.lock.python}, kbuild "
                              f"runs on {_python_version()}", file=self.lock.path,
                              key="tool.kbuild.python", hint=f"run kbuild with Python {self.lock.python}")
-        inst.install_locked(path, self.lock, log_file)
+        inst.installlocked(path, self.lock, log_file)
 
 
 def packages(state: locks.LockState | None, requirements: list[str], indexes: list[str],
@@ -239,7 +227,7 @@ def _ensure_venv(path: Path, pkgs: Packages, inst: Installer, log: Log, log_file
                  verify: Callable[[Path], dict] | None = None) -> tuple[bool, float]:
     """Creates (or reuses) the venv at `path` holding `pkgs`; returns (created, seconds)."""
     key = pkgs.key
-    with _locked(path.with_name(path.name + ".lock")):
+    with locked(path.with_name(path.name + ".lock")):
         stamp = read_stamp(path)
         if stamp and stamp.get("key") == key and venv_python(path).exists():
             return False, 0.0
