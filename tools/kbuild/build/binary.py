@@ -62,7 +62,8 @@ def _compiler_lib(name: str) -> Path | None:
     return Path(out).parent if out and Path(out).is_absolute() and Path(out).exists() else None
 
 
-def _dynamic(path: Path) -> tuple[list[str], list[str]]:
+def elf_dynamic(path: Path) -> tuple[list[str], list[str]]:
+    """(DT_NEEDED entries, RPATH/RUNPATH entries) of a shared library."""
     needed, paths = [], []
     with path.open("rb") as f:
         for section in ELFFile(f).iter_sections():
@@ -71,7 +72,7 @@ def _dynamic(path: Path) -> tuple[list[str], list[str]]:
                     if tag.entry.d_tag == "DT_NEEDED":
                         needed.append(tag.needed)
                     elif tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"):
-                        paths += (getattr(tag, "rpath", None) or getattr(tag, "runpath", "")).split(":")
+                        paths.append(getattr(tag, "rpath", None) or getattr(tag, "runpath", ""))
     return needed, paths
 
 
@@ -87,12 +88,12 @@ def loaded_libraries(so: Path, search: list[Path]) -> list[Path]:
     here; `search` comes first (torch's and the toolkit's library dirs)."""
     system = _system_dirs()
     seen: dict[str, Path] = {}
-    queue = [(so, n) for n in _dynamic(so)[0]]
+    queue = [(so, n) for n in elf_dynamic(so)[0]]
     while queue and len(seen) < 200:
         parent, name = queue.pop(0)
         if name in seen:
             continue
-        _, runpaths = _dynamic(parent)
+        runpaths = [d for p in elf_dynamic(parent)[1] for d in p.split(":")]
         origin = str(parent.resolve().parent)
         dirs = [*search, *(Path(p.replace("$ORIGIN", origin)) for p in runpaths if p), *system]
         extra = _compiler_lib(name) if name.startswith(("libstdc++", "libgcc_s")) else None
@@ -100,7 +101,7 @@ def loaded_libraries(so: Path, search: list[Path]) -> list[Path]:
         if found is None:
             continue
         seen[name] = found
-        queue += [(found, n) for n in _dynamic(found)[0]]
+        queue += [(found, n) for n in elf_dynamic(found)[0]]
     return list(seen.values())
 
 

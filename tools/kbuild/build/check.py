@@ -54,23 +54,6 @@ class CheckReport:
         return not self.problems
 
 
-def elf_dynamic(so: Path) -> tuple[list[str], list[str]]:
-    """(DT_NEEDED entries, RPATH/RUNPATH entries) of a shared library."""
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-
-    needed, paths = [], []
-    with so.open("rb") as f:
-        for section in ELFFile(f).iter_sections():
-            if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    if tag.entry.d_tag == "DT_NEEDED":
-                        needed.append(tag.needed)
-                    elif tag.entry.d_tag in ("DT_RPATH", "DT_RUNPATH"):
-                        paths.append(getattr(tag, "rpath", None) or getattr(tag, "runpath", ""))
-    return needed, paths
-
-
 def abi_problems(so: Path) -> list[Problem]:
     import kernel_abi_check as kac
 
@@ -84,7 +67,7 @@ def abi_problems(so: Path) -> list[Problem]:
         else:
             problems.append(Problem("abi.python", f"{so.name}: {s.name} is not in the Python "
                                                   "limited API (abi3)"))
-    needed, paths = elf_dynamic(so)
+    needed, paths = binary.elf_dynamic(so)
     problems += [Problem("abi.needed", f"{so.name}: links {n}, which is neither torch's nor a CUDA "
                                        "library torch ships") for n in needed if not ALLOWED_NEEDED.match(n)]
     problems += [Problem("abi.rpath", f"{so.name}: has RPATH/RUNPATH {p!r} (must not point into "

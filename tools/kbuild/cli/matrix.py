@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
-from .app import app, err, out, table as make_table, warn
+from .app import app, err, keep_whole, out, table as make_table, warn
 
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -146,6 +146,8 @@ def _table(results, runner) -> None:
         table.add_row(r.env, r.variant, f"[{colors.get(r.status, 'white')}]{r.status}[/]",
                       env_time, _secs(r.build_seconds), _secs(r.seconds), _size(r.so_bytes),
                       note)
+    for column in (0, 1):  # environment and variant names stay whole
+        keep_whole(table, column, out)
     out.print(table)
 
 
@@ -208,6 +210,8 @@ def envs(
                 reasons.append((s.name, a.reason))
         table.add_row(s.name, s.variant(), ",".join(p.removeprefix("linux-") for p in s.platforms),
                       torch_note, tk_note, lock, here)
+    for column in (0, 1):  # environment and variant names stay whole
+        keep_whole(table, column, out)
     out.print(table)
     if reasons:
         out.print("Why not:", highlight=False)
@@ -293,6 +297,8 @@ def lock(
                     failed += 1
             table.add_row(spec.name if target.name == spec.name else f"  {target.name}",
                           str(path.relative_to(mx.path.parent)), done[target.name])
+    for column in (0, 1):  # environment and variant names stay whole
+        keep_whole(table, column, out)
     out.print(table)
     for problem in lock_mod.check(mx, platform)[0]:
         warn(problem)

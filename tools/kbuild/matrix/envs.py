@@ -197,7 +197,7 @@ class Packages:
             raise BuildError(f"{self.lock.path.name} is locked for Python {self.lock.python}, kbuild "
                              f"runs on {_python_version()}", file=self.lock.path,
                              key="tool.kbuild.python", hint=f"run kbuild with Python {self.lock.python}")
-        inst.installlocked(path, self.lock, log_file)
+        inst.install_locked(path, self.lock, log_file)
 
 
 def packages(state: locks.LockState | None, requirements: list[str], indexes: list[str],

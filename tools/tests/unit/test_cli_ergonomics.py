@@ -66,7 +66,8 @@ def test_check_from_a_subfolder_finds_build_and_folds_names_at_80_columns(tree, 
     assert result.exit_code == 1  # the fake variant fails its checks, but it was found
     assert LONG_VARIANT in result.output  # on one line
     assert "…" not in result.output  # nothing cut
-    assert max(len(line) for line in result.output.splitlines()) <= 80
+    table = [line for line in result.output.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= 80  # (notes naming paths may be longer)
 
 
 def test_table_folds_long_words_instead_of_cutting():
