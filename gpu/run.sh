@@ -188,7 +188,7 @@ stage build 360 bash "$SELF" __build
 
 # --- test --------------------------------------------------------------------------------------
 if wants test; then
-  stage test 300 "$PY" -m pytest tests examples -q -m "$TEST_MARK" -p no:cacheprovider --durations=15
+  stage test 300 "$PY" -m pytest tests examples -q -o "addopts=-ra --strict-markers" -m "$TEST_MARK" -p no:cacheprovider --durations=15
 fi
 
 # --- bench -------------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ fi
 if wants test && [[ ${KBUILD_GPU_TOOLS_TESTS:-1} != 0 ]]; then
   # The builder's own tests, less those that need PyPI or huggingface_hub >= 2.3 (the
   # publishing stack): the image has huggingface_hub 1.x and no network. CI runs them all.
-  stage tools-tests 240 "$PY" -m pytest tools/tests -q -m "not slow" -p no:cacheprovider --durations=10 \
+  stage tools-tests 240 "$PY" -m pytest tools/tests -q -o "addopts=-ra --strict-markers" -m "not slow" -p no:cacheprovider --durations=10 \
     --ignore=tools/tests/test_hub_server.py --ignore=tools/tests/test_publish.py \
     --ignore=tools/tests/test_to_wheel.py --ignore=tools/tests/test_build_all.py
 fi
