@@ -13,8 +13,8 @@ from pathlib import Path
 from .. import __version__
 from ..core.errors import BuildError
 from ..core.gitinfo import git_state
+from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
-from ..matrix.envs import environment_provenance
 from .plan import VariantPlan
 
 DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}

