@@ -89,8 +89,8 @@ def bench_cpp_extension(python: str, backend: str, tmp: Path) -> dict:
     cmd = [python, str(script), str(project), str(gen), str(build), backend]
     env = {"TORCH_CUDA_ARCH_LIST": CAPS, "MAX_JOBS": str(os.cpu_count())}
     if backend == "cuda":  # the same toolkit our build uses
-        from kbuild.build.toolchain import find_cuda
-        from kbuild.build.torch_install import read_torch_install
+        from kbuild.stages.toolchain import find_cuda
+        from kbuild.stages.torch_install import read_torch_install
         env["CUDA_HOME"] = str(find_cuda(read_torch_install(python)).root)
     return three_builds(cmd, env, project, backend)
 

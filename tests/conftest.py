@@ -10,7 +10,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def variant_dir() -> Path:
-    from kbuild.build import pipeline
+    from kbuild.stages import pipeline
 
     backend = "cuda" if torch.cuda.is_available() else "cpu"
     (result,) = pipeline.build(PROJECT, backends=[backend])

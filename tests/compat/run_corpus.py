@@ -89,7 +89,7 @@ def one(name: str, case: dict, work: Path) -> dict:
 
 
 def prefetch(dest: Path) -> None:
-    from kbuild.build import deps
+    from kbuild.stages import deps
     names: set[str] = set()
     for expected in HERE.glob("*/build.toml"):
         names |= {d for k in tomllib.loads(expected.read_text()).get("kernel", {}).values()

@@ -35,7 +35,7 @@ def built_img2gray(make_root, key: str = "base", *, version: int = 1,
     `version` changes general.version; `marker` changes the source (so the kernel id)."""
     args = (key, version, marker)
     if args not in _BUILT:
-        from kbuild.build import pipeline
+        from kbuild.stages import pipeline
         project = copy_project(make_root() / "img2gray")
         if version != 1:
             toml = project / "build.toml"
@@ -98,7 +98,7 @@ def wait_for(predicate, timeout: float = 600.0) -> bool:
 
 def complete_variants(build: Path) -> list[str]:
     """The entries of build/, each asserted to be a complete variant (`check`, minus loading)."""
-    from kbuild.build.check import check_variant
+    from kbuild.stages.check import check_variant
     if not build.exists():
         return []
     names = sorted(p.name for p in build.iterdir())
@@ -110,7 +110,7 @@ def complete_variants(build: Path) -> list[str]:
 
 def fake_torch(version: str = "2.13.0", cuda: str | None = None):
     """A TorchInstall as the planner sees it, without inspecting an interpreter (plan tests)."""
-    from kbuild.build.torch_install import TorchInstall
+    from kbuild.stages.torch_install import TorchInstall
     return TorchInstall(python=sys.executable, python_version="3.11", python_include="/nonexistent",
                         torch_version=version, torch_root="/nonexistent", cuda=cuda, hip=None,
                         cxx11_abi=True, cxx_std=17, machine="x86_64", system="linux",
@@ -121,7 +121,7 @@ def fake_toolkit(version: str, archs: list[str]):
     """A CudaToolkit of `version` whose nvcc supports `archs` (plan tests; no nvcc is run)."""
     from packaging.version import Version
 
-    from kbuild.build.toolchain import CudaToolkit
+    from kbuild.stages.toolchain import CudaToolkit
     toolkit = CudaToolkit(nvcc=Path("/nonexistent/nvcc"), version=Version(version),
                           root=Path("/nonexistent"))
     toolkit.__dict__["supported_archs"] = list(archs)
@@ -163,7 +163,7 @@ def kernel(name: str, backend: str, *src: str, extra: str = "") -> str:
 
 def fake_torch_at(root: Path):
     """A TorchInstall that names paths under `root` (for generating, not compiling)."""
-    from kbuild.build.torch_install import TorchInstall
+    from kbuild.stages.torch_install import TorchInstall
 
     return TorchInstall(python="python", python_version="3.11", python_include=str(root / "py inc"),
                         torch_version="2.13.0", torch_root=str(root / "torch"), cuda=None, hip=None,
@@ -195,7 +195,7 @@ def cpu_kernel(src: list[str], **extra) -> dict:
 
 def plan_of(project: Path, name: str = "torch213-cxx11-cpu-x86_64-linux"):
     """The CPU plan of `project` against fake_torch (no interpreter inspected)."""
-    from kbuild.build.plan import VariantPlan
+    from kbuild.stages.plan import VariantPlan
     from kbuild.core import manifest as manifest_mod
 
     manifest = manifest_mod.load(project)

@@ -11,7 +11,7 @@ import pytest
 
 from kbuild_testing import kbuild
 
-from kbuild.build import pipeline
+from kbuild.stages import pipeline
 from kbuild.core.errors import BuildError
 
 GOOD = (Path(__file__).resolve().parents[2] / "build.toml").read_text()

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from kbuild_testing import copy_project, kbuild
-from kbuild.build import pipeline
-from kbuild.build.check import abi_problems, check_variant
+from kbuild.stages import pipeline
+from kbuild.stages.check import abi_problems, check_variant
 
 CPU_VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
 

@@ -19,7 +19,7 @@ import pytest
 from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
                             default_sigint, wait_for)
 from kbuild.matrix import envs, lock, matrix
-from kbuild.build.check import check_variant
+from kbuild.stages.check import check_variant
 
 ENVS = ["torch213-cpu", "torch214-cu130"]
 CPU, CUDA = "torch213-cxx11-cpu-x86_64-linux", "torch214-cxx11-cu130-x86_64-linux"

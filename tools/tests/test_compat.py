@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import REPO, kbuild
-from kbuild.build import binary, pipeline
-from kbuild.build.check import check_variant
+from kbuild.stages import binary, pipeline
+from kbuild.stages.check import check_variant
 from kbuild.core.errors import BuildError
 
 CORPUS = REPO / "tests" / "compat"
@@ -211,7 +211,7 @@ def test_builds_cuda(case, tmp_path, cuda_python):
     (result,) = pipeline.build(project, backends=[case.backend], python=cuda_python)
     assert_built(case, project, result, python=cuda_python)
     # The fat-binary check also catches a capability the binary does not hold.
-    from kbuild.build.check import code_problems
+    from kbuild.stages.check import code_problems
     so = next(result.path.glob("*.so"))
     assert code_problems(so, "cuda", case.archs + ["3.0"], stable=False) == [
         f"{so.name}: no code for capability 3.0 (the fat binary holds "

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from kbuild.build import pipeline
-from kbuild.build.check import check_variant
+from kbuild.stages import pipeline
+from kbuild.stages.check import check_variant
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_op_has_cuda_and_cpu_kernels(cuda_variant, cuda_python):
 
 
 def test_cuda_so_needs_only_torch_and_cuda_libraries(cuda_variant):
-    from kbuild.build.binary import elf_dynamic
+    from kbuild.stages.binary import elf_dynamic
     needed, rpaths = elf_dynamic(cuda_variant.path / f"{cuda_variant.kernel_id}.abi3.so")
     assert rpaths == []
     assert "libcudart.so.13" in needed and "libc10_cuda.so" in needed

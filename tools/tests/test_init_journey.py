@@ -15,7 +15,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from kbuild.build import pipeline
+from kbuild.stages import pipeline
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
 from kbuild_testing import CUDA_ENV, REPO, cuda_env, envs_folder

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kbuild.build import pipeline
-from kbuild.build.check import check_variant
+from kbuild.stages import pipeline
+from kbuild.stages.check import check_variant
 from kbuild.cli import init as init_cli
 
 

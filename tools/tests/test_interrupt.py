@@ -12,7 +12,7 @@ import pytest
 
 from kbuild_testing import (complete_variants, compiler_pids, copy_project, default_sigint,
                             wait_for)
-from kbuild.build import pipeline
+from kbuild.stages import pipeline
 
 
 
@@ -64,7 +64,7 @@ def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
 def test_interrupt_during_install_window(tmp_path, monkeypatch):
     """Even a failure between staging and the final rename leaves no partial variant."""
     project = copy_project(tmp_path / "p")
-    import kbuild.build.pipeline as pl
+    import kbuild.stages.pipeline as pl
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from kbuild.build.check import BYTECODE, check_variant
+from kbuild.stages.check import BYTECODE, check_variant
 from kbuild.core.errors import BuildError
 from kbuild.publish import upload as publish
 from kbuild.publish.wheel import build_wheel

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import REPO
-from kbuild.build import pipeline
+from kbuild.stages import pipeline
 
 
 def clone(dst: Path) -> Path:

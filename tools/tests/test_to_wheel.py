@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kbuild_testing import REPO as REPO_ROOT
-from kbuild.build.assemble import digest_files
+from kbuild.stages.assemble import digest_files
 from kbuild.publish import wheel as publish
 from kbuild.core.errors import BuildError
 from kbuild.publish.wheel import build_wheel, wheel_tags

@@ -11,7 +11,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def activation_repo(tmp_path_factory) -> Path:
     """A repo dir holding `build/<variant>` for this torch (cuda variant on a CUDA torch)."""
-    from kbuild.build.pipeline import build
+    from kbuild.stages.pipeline import build
 
     root = tmp_path_factory.mktemp("activation-repo")
     build(PROJECT, build_dir=root / "build")

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_e2e_llama_smoke(rmsnorm_repo, tmp_path):
     pytest.importorskip("transformers")
-    from kbuild.build.pipeline import build
+    from kbuild.stages.pipeline import build
 
     activation_repo = tmp_path / "activation"
     build(REPO / "examples" / "activation", build_dir=activation_repo / "build")

@@ -290,7 +290,7 @@ def test_layer_under_torch_compile(rmsnorm, rmsnorm_repo, device):
 
 def test_noarch_declared_archs_reach_metadata(tmp_path):
     # A builder check that needs a noarch project: a minimal one, made here.
-    from kbuild.build.pipeline import build
+    from kbuild.stages.pipeline import build
     from kbuild.core.errors import BuildError
 
     project = tmp_path / "tiny"

@@ -41,7 +41,7 @@ def default_device() -> str:
 def build_variant(project: Path, device: str) -> Path:
     """Builds (no-op when up to date) the project's variant for `device`; returns its folder."""
     from ..core import manifest as manifest_mod
-    from ..build import pipeline
+    from ..stages import pipeline
     manifest = manifest_mod.load(project, warn=warn)
     if device not in manifest.general.backends:
         raise BuildError(f"the project has no {device} backend (backends: "

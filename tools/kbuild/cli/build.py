@@ -45,8 +45,8 @@ def target_python(python: str | None) -> str | None:
 def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
              python: PythonOpt = None) -> None:
     """Write the build files (CMake project, registration.h, _ops.py) from templates."""
-    from ..build import generate as gen
-    from ..build import pipeline
+    from ..stages import generate as gen
+    from ..stages import pipeline
     for plan in pipeline.plans(project, backends=backend, python=target_python(python), warn=warn):
         out.print(f"{plan.name}: {gen.generate(plan)}")
 
@@ -54,7 +54,7 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
-    from ..build import pipeline
+    from ..stages import pipeline
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=target_python(python),
                                  build_dir=build_dir, jobs=jobs, warn=warn, on_step=display)
@@ -81,8 +81,8 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
     """torch's own message for a variant whose load crashed the check's probe."""
-    from ..build import loadcheck
-    from ..build.torch_install import read_torch_install
+    from ..stages import loadcheck
+    from ..stages.torch_install import read_torch_install
     sos = sorted(variant.glob("*.so"))
     if len(sos) != 1:
         return None
@@ -99,7 +99,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
           load: Annotated[bool, typer.Option(help="Also load each variant with kernels.")] = True
           ) -> None:
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
-    from ..build.check import check_variant, variant_dirs
+    from ..stages.check import check_variant, variant_dirs
     python = target_python(python)
     root = Layout.of(project, build_dir).build_dir
     if not root.is_dir() or not variant_dirs(root):

@@ -24,13 +24,13 @@ from typing import Callable
 
 from . import realise
 from ..core import manifest as manifest_mod
-from ..build.assemble import digest_files
+from ..stages.assemble import digest_files
 from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
 from ..core.runner import kill_group, spawn_logged
 from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
-from ..build.plan import input_files
+from ..stages.plan import input_files
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 

@@ -32,7 +32,7 @@ from ..core.envstamp import STAMP, read_stamp  # noqa: F401  (re-exported)
 from ..core.locking import locked
 from ..core.runner import capture
 from ..core.layout import Layout
-from ..build.toolchain import find_toolkit, nvcc_version
+from ..stages.toolchain import find_toolkit, nvcc_version
 from . import lock as locks
 from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..build.check import BYTECODE, check_variant, variant_dirs
-from ..build.plan import input_files
+from ..stages.check import BYTECODE, check_variant, variant_dirs
+from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
 from ..core import metadata as metadata_mod

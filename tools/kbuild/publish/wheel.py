@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..build.check import BYTECODE, check_variant, variant_dirs
+from ..stages.check import BYTECODE, check_variant, variant_dirs
 from ..core import metadata as metadata_mod
 from ..core.errors import BuildError
 from ..core.layout import BUILD_DIR, MANIFEST, METADATA

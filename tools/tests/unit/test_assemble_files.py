@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.build import assemble
+from kbuild.stages import assemble
 from kbuild.core.errors import BuildError
 from kbuild_testing import make_probe_project, plan_of
 

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from kbuild.build import binary
-from kbuild.build.binary import CudaCode, cuda_coverage_problems, parse_fatbin
+from kbuild.stages import binary
+from kbuild.stages.binary import CudaCode, cuda_coverage_problems, parse_fatbin
 
 
 def entry(arch: int, *, ptx: bool = False, suffix: str = "", payload: bytes = b"\0" * 16) -> bytes:
@@ -102,7 +102,7 @@ def test_demangle_names_symbols_as_source(monkeypatch):
 
 
 def test_code_problems_of_a_variant_without_gpu_code(tmp_path):
-    from kbuild.build.check import code_problems
+    from kbuild.stages.check import code_problems
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     (tmp_path / "a.c").write_text("int f(void) { return 0; }\n")

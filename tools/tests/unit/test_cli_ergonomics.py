@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kbuild import __version__
-from kbuild.build import pipeline
+from kbuild.stages import pipeline
 from kbuild.cli import app
 from kbuild.cli import build as build_cli
 from kbuild.core.errors import BuildError

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.build import generate
-from kbuild.build.compile import _tool
+from kbuild.stages import generate
+from kbuild.stages.compile import _tool
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
 from kbuild.core.runner import capture
@@ -147,7 +147,7 @@ def cuda_plan_of(project: Path):
 
     from packaging.version import Version
 
-    from kbuild.build.toolchain import CudaToolkit
+    from kbuild.stages.toolchain import CudaToolkit
 
     root = project.parent / "cuda"
     toolkit = CudaToolkit(nvcc=root / "bin" / "nvcc", version=Version("13.0"), root=root)

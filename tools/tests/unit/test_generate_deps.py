@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.build import deps, frameworks
+from kbuild.stages import deps, frameworks
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
 from kbuild_testing import make_probe_project, plan_of

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import copy_project
-from kbuild.build.plan import input_files
+from kbuild.stages.plan import input_files
 from kbuild.core import gitinfo
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError

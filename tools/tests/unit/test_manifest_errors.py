@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.build.plan import plan_variant
+from kbuild.stages.plan import plan_variant
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 from kbuild_testing import fake_torch

@@ -17,7 +17,7 @@ import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbuild.build import plan
+from kbuild.stages import plan
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 from kbuild.core.manifest import forms

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.build import plan
+from kbuild.stages import plan
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 from kbuild_testing import BINDING, TORCH, fake_toolkit, fake_torch, kernel, make_project

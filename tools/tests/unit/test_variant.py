@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from kernels.variants import parse_variant
 
-from kbuild.build.check import layout_problems
-from kbuild.build.plan import variant_of
-from kbuild.build.torch_install import TorchInstall
+from kbuild.stages.check import layout_problems
+from kbuild.stages.plan import variant_of
+from kbuild.stages.torch_install import TorchInstall
 from kbuild.core.variant import Variant, VariantError
 from kbuild.matrix.matrix import EnvSpec
 from kbuild.publish.wheel import wheel_tags
