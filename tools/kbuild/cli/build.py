@@ -13,7 +13,7 @@ from typer.core import TyperCommand
 
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, METADATA, Layout
-from .app import ProjectArg, StepDisplay, app, keep_whole, out, table, warn
+from .app import ProjectArg, StepDisplay, app, err, keep_whole, out, table, warn
 
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
@@ -23,6 +23,11 @@ PythonOpt = Annotated[Optional[str], typer.Option(
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
 EnvOpt = Annotated[Optional[str], typer.Option(
     "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
+SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
+CapsOpt = Annotated[Optional[str], typer.Option(
+    "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
+    "(comma-separated, e.g. 9.0) or `native` (the GPUs of this machine). Marked in metadata; "
+    "check, upload and to-wheel refuse to publish it.")]
 
 
 def target_python(python: str | None) -> str | None:
@@ -52,23 +57,34 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
-              build_dir: Path | None = None, jobs: int | None = None) -> list:
+              build_dir: Path | None = None, jobs: int | None = None,
+              cuda_capabilities: str | None = None) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
     from ..stages import pipeline
+    from ..stages.torch_install import local_capabilities
+    python = target_python(python)
+    local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
+    if local:
+        warn(f"a local build for CUDA capabilities {', '.join(local)} only: not publishable")
     with StepDisplay() as display:
-        results = pipeline.build(project, backends=backend, python=target_python(python),
-                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display)
+        results = pipeline.build(project, backends=backend, python=python,
+                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
+                                 local_capabilities=local)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
                   highlight=False, soft_wrap=True)
+        if r.slowest and r.slowest[0][1] >= SLOW_STEP_S:
+            err.print("slowest steps: " + ", ".join(f"{src} {t:.1f}s" for src, t in r.slowest),
+                      highlight=False, markup=False, soft_wrap=True)
     return results
 
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None,
-          jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
+          jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
+          cuda_capabilities: CapsOpt = None) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
     if env:
@@ -76,7 +92,7 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
             raise BuildError("--env and --python exclude each other")
         from .matrix import env_interpreter
         python = env_interpreter(project, env)
-    run_build(project, backend, python, build_dir, jobs)
+    run_build(project, backend, python, build_dir, jobs, cuda_capabilities)
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:

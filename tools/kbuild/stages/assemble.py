@@ -44,6 +44,8 @@ def provenance(plan: VariantPlan) -> dict:
                                  plan.cuda.root if plan.cuda else None)
     if env:  # a matrix environment: its name and the hashes of the locks it was realised from
         result["environment"] = env
+    if plan.local_capabilities:  # --cuda-capabilities: never published (check refuses it)
+        result["local-build"] = {"cuda-capabilities": list(plan.local_capabilities)}
     return result
 
 

@@ -154,6 +154,12 @@ def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
         if commit is not None and not (isinstance(commit, str) and HEX_COMMIT.match(commit)):
             problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
                                                               f"{commit!r} is not a full hex id"))
+    local = _object(prov.get("local-build"))
+    if local:
+        caps = ", ".join(map(str, local.get("cuda-capabilities") or [])) or "this machine"
+        problems.append(Problem("metadata.local-build", f"metadata.json: a local build for CUDA "
+                                f"capabilities {caps} only (--cuda-capabilities); build without "
+                                "it to publish"))
     backend = _object(meta.get("backend"))
     if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
