@@ -87,7 +87,7 @@ def test_hand_written_namespaces_are_found_with_their_lines(tmp_path):
         (10, "torch.library.custom_op"), (14, "torch.library.register_fake"),
         (18, "torch.library.register_kernel"), (19, "torch.library.define"),
         (20, "torch.library.impl"), (21, "torch.library.register_fake"),
-        (22, "torch.library.Library"), (24, "Library.define")]
+        (22, "torch.library.Library"), (23, "torch.library.Library"), (24, "Library.define")]
 
 
 def test_package_check_raises_one_error_with_file_and_line(tmp_path):
