@@ -72,6 +72,12 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
+def _shown(expr: ast.expr) -> str:
+    """How a callee reads in a message."""
+    text = _dotted(expr) or ast.unparse(expr)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # --- what an op-name expression is known to be ------------------------------------------------
 
 @dataclass(frozen=True)
@@ -246,6 +252,17 @@ class _Sink:
     @property
     def reason(self) -> str:
         return {"qualified": REASON_PREFIX, "library": REASON_LIBRARY, "schema": REASON_SCHEMA}[self.kind]
+
+
+@dataclass(eq=False)
+class _Call:
+    """A site that calls a package function (or binds its arguments with functools.partial)."""
+    site: _Site
+    callee: _Callable
+    args: list
+    keywords: list
+    partial: bool
+    display: str
 
 
 @dataclass(frozen=True)
@@ -652,8 +669,7 @@ class _Analysis:
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
             return _concat([ev(expr.left), ev(expr.right)])
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
-            left = ev(expr.left)
-            return _Value("literal", ns=True) if left.kind == "text" and "::" in left.text.split("%")[0] else UNKNOWN
+            return self._percent(expr, scope, depth)
         if isinstance(expr, ast.IfExp):
             return _join([ev(expr.body), ev(expr.orelse)])
         if isinstance(expr, ast.Name):
@@ -665,6 +681,20 @@ class _Analysis:
         if isinstance(expr, ast.Call):
             return self._call_value(expr, scope, depth)
         return UNKNOWN
+
+    def _percent(self, expr: ast.BinOp, scope: _Scope, depth: int) -> _Value:
+        """`"%s::op" % ns`: the text up to the first field, the first value, the text after."""
+        template = self.evaluate(expr.left, scope, depth)
+        if template.kind != "text":
+            return UNKNOWN
+        head, sep, rest = template.text.partition("%")
+        if "::" in head:
+            return _Value("literal", ns=True)
+        first = expr.right.elts[0] if isinstance(expr.right, ast.Tuple) and expr.right.elts else expr.right
+        if not (sep and rest.startswith("s")):
+            return UNKNOWN
+        return _concat([_Value("text", head), self.evaluate(first, scope, depth),
+                        _Value("text", rest[1:].split("%")[0])])
 
     def _binding_value(self, b: _Binding, depth: int) -> _Value:
         if b.kind == "param":
@@ -813,23 +843,25 @@ class _Analysis:
     # the check --------------------------------------------------------------------------------
     def run(self) -> list[Violation]:
         for site in self.sites:
-            for ent in self.resolve(site.func, site.scope):
-                self._dispatch(site, ent, list(site.args), list(site.keywords), False)
-            if _Ext("functools.partial") in self.resolve(site.func, site.scope) and site.args:
+            callees = self.resolve(site.func, site.scope)
+            for ent in callees:
+                self._dispatch(site, ent, site.args, site.keywords, False, _shown(site.func))
+            if _Ext("functools.partial") in callees and site.args:  # partial(f, name): f's call
                 expr, scope = site.args[0]
                 for ent in self.resolve(expr, scope):
-                    self._dispatch(site, ent, site.args[1:], site.keywords, True)
+                    self._dispatch(site, ent, site.args[1:], site.keywords, True, _shown(expr))
         todo = [(func, slot) for func, slots in self.flows.items() for slot in slots]
         while todo:
             func, slot = todo.pop()
-            for site, callee, args, keywords, partial in self.calls[func]:
-                todo += self._through(site, callee, slot, args, keywords, partial)
+            for call in self.calls[func]:
+                todo += self._through(call, slot)
         return list(self.found.values())
 
-    def _dispatch(self, site: _Site, ent, args, keywords, partial: bool) -> None:
+    def _dispatch(self, site: _Site, ent, args, keywords, partial: bool, display: str) -> None:
         if isinstance(ent, _Partial):
             for target in ent.targets:
-                self._dispatch(site, target, [*ent.args, *args], [*ent.keywords, *keywords], partial)
+                self._dispatch(site, target, [*ent.args, *args], [*ent.keywords, *keywords], partial,
+                               display)
             return
         sink = self.sink_of(ent)
         if sink is not None:
@@ -838,19 +870,20 @@ class _Analysis:
                 where = f"{site.scope.module.shown}:{site.line}"
                 self._reach(value, _Flow(sink, where), site, sink.display, sink.reason)
         elif isinstance(ent, _Callable):
-            self.calls[ent.func].append((site, ent, args, keywords, partial))
+            call = _Call(site, ent, list(args), list(keywords), partial, display)
+            self.calls[ent.func].append(call)
             for slot in list(self.flows[ent.func]):
-                self._through(site, ent, slot, args, keywords, partial)
+                self._through(call, slot)
 
-    def _through(self, site, callee: _Callable, slot, args, keywords, partial) -> list:
+    def _through(self, call: _Call, slot: tuple) -> list:
         """A call of a function whose parameter `slot` reaches a registration."""
-        flow = self.flows[callee.func][slot]
-        value, how = self.argument(callee, slot, args, keywords, partial)
+        flow = self.flows[call.callee.func][slot]
+        value, how = self.argument(call.callee, slot, call.args, call.keywords, call.partial)
         if how not in ("arg", "default"):
             return []
         what = f"the default of `{slot[-1]}`, " if how == "default" else ""
         reason = f"{flow.sink.reason} ({what}passed on to {flow.sink.display} at {flow.where})"
-        return self._reach(value, flow, site, _dotted(site.func) or "call", reason)
+        return self._reach(value, flow, call.site, call.display, reason)
 
     def _reach(self, value: _Value, flow: _Flow, site: _Site, call: str, reason: str) -> list:
         if value.kind == "param":
