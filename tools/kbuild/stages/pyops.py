@@ -174,6 +174,7 @@ class _Func:
     method: str | None  # None | instance | static | class
     transparent: bool
     returns: list[ast.expr | None] = field(default_factory=list)
+    generator: bool = False
 
 
 @dataclass(eq=False)
@@ -323,8 +324,10 @@ class _Builder:
                 else:
                     local = alias.asname or alias.name.split(".")[0]
                     self._bind(scope, local, _Binding("import", alias, scope, node))
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            pass  # collected before the function's body
+        elif isinstance(node, ast.Global):  # Python puts these before the name's bindings
+            scope.declared_global.update(node.names)
+        elif isinstance(node, ast.Nonlocal):
+            scope.declared_nonlocal.update(node.names)
         elif isinstance(node, ast.Name):
             if not isinstance(node.ctx, ast.Load):
                 self._bind(scope, node.id, _Binding("other", None, scope))
@@ -333,6 +336,10 @@ class _Builder:
                 self.a.sites.append(_Site(node.func, [(a, scope) for a in node.args],
                                           [(k.arg, k.value, scope) for k in node.keywords],
                                           scope, node.lineno, node.col_offset))
+            if isinstance(node, ast.Return) and scope.func is not None:
+                scope.func.returns.append(node.value)
+            elif isinstance(node, (ast.Yield, ast.YieldFrom)) and scope.func is not None:
+                scope.func.generator = True
             for name in _pattern_names(node):
                 self._bind(scope, name, _Binding("other", None, scope))
             for child in ast.iter_child_nodes(node):
@@ -390,18 +397,6 @@ class _Builder:
             func.returns = [node.body]
             self._node(node.body, fscope)
             return
-        generator = False
-        for inner in _own_nodes(node.body):
-            if isinstance(inner, ast.Global):
-                fscope.declared_global.update(inner.names)
-            elif isinstance(inner, ast.Nonlocal):
-                fscope.declared_nonlocal.update(inner.names)
-            elif isinstance(inner, ast.Return):
-                func.returns.append(inner.value)
-            elif isinstance(inner, (ast.Yield, ast.YieldFrom)):
-                generator = True
-        if generator:
-            func.returns = [None]
         self._body(node.body, fscope)
 
     def _class(self, node: ast.ClassDef, scope: _Scope) -> None:
@@ -423,17 +418,6 @@ class _Builder:
                 self._node(cond, cscope)
         for part in (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,):
             self._node(part, cscope)
-
-
-def _own_nodes(body: list[ast.AST]):
-    """The nodes of a function body, not those of functions, classes or lambdas nested in it."""
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
 
 
 def _pattern_names(node: ast.AST) -> list[str]:
@@ -766,7 +750,7 @@ class _Analysis:
     def _return_value(self, callee: _Callable, args, keywords, depth: int) -> _Value:
         func = callee.func
         values = []
-        for expr in func.returns or [None]:
+        for expr in [None] if func.generator or not func.returns else func.returns:
             value = UNKNOWN if expr is None else self.evaluate(expr, func.scope, depth)
             if value.kind == "param" and value.slot[0] is func:
                 value, _ = self.argument(callee, value.slot[1], args, keywords, False, depth)
@@ -869,6 +853,9 @@ class _Analysis:
             if value is not None:
                 where = f"{site.scope.module.shown}:{site.line}"
                 self._reach(value, _Flow(sink, where), site, sink.display, sink.reason)
+        elif isinstance(ent, _ClassRef):  # Class(...) calls its __init__
+            for func in self._class_member(ent.cls, "__init__", set()):
+                self._dispatch(site, _Callable(func, 1), args, keywords, partial, display)
         elif isinstance(ent, _Callable):
             call = _Call(site, ent, list(args), list(keywords), partial, display)
             self.calls[ent.func].append(call)

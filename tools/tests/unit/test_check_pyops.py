@@ -386,6 +386,11 @@ class Registry:
 
 
 registry = Registry()
+
+
+class CustomOp:
+    def __init__(self, name, fn):
+        self.op = torch.library.custom_op(name, fn, mutates_args=())
 """
 
 WRAPPERS_BAD = WRAPPERS + """
@@ -414,6 +419,7 @@ registry.op("mylib::l", mutates_args=())  # flagged: registry.op
 Registry().op("mylib::m", mutates_args=())  # flagged: Registry().op
 Registry.vmap("mylib::n", None)  # flagged: Registry.vmap
 registry.autograd("mylib::o", None)  # flagged: registry.autograd
+CustomOp("mylib::p", lambda x: x)  # flagged: CustomOp
 """
 
 WRAPPERS_GOOD = WRAPPERS + """
@@ -447,6 +453,7 @@ registry.op(f"{add_op_namespace_prefix('l')}", mutates_args=())
 Registry.vmap(add_op_namespace_prefix("n").split("::")[0] + "::n", None)
 namespace, _ = add_op_namespace_prefix("o").split("::")
 registry.autograd(f"{namespace}::o", None)
+CustomOp(add_op_namespace_prefix("p"), lambda x: x)
 
 # Not decidable statically: accepted.
 my_op(opname("p"))                     # a function of another module that is not here
