@@ -527,6 +527,9 @@ class _Analysis:
         return []
 
     def _binding_entities(self, b: _Binding, depth: int) -> list:
+        depth += 1
+        if depth > MAX_DEPTH:  # e.g. two modules importing a name from each other
+            return []
         if b.kind == "assign":
             return self.resolve(b.node, b.scope, depth)
         if b.kind == "def":
@@ -556,17 +559,25 @@ class _Analysis:
             if parts[0] != self.package:
                 return [_Ext(target)]
             key = tuple(parts[1:])
-            return [_Gen("module")] if self._is_generated(key) else [_Mod(key)] if key in self.packages else []
-        key = self._from_key(b.scope.module, node)
+            if self._is_generated(key):
+                return [_Gen("module")]
+            return [_Mod(key)] if key in self.packages else []
+        key = self._import_key(b)
         if key is None:
-            if node.level and (alias.name == "_ops" or (node.module or "").endswith("_ops")):
-                return self._from_module(("_ops",), alias.name, depth)  # lenient: any level
             return [] if node.level else [_Ext(f"{node.module}.{alias.name}")]
         return self._from_module(key, alias.name, depth)
 
+    def _import_key(self, b: _Binding) -> tuple[str, ...] | None:
+        """The package module a `from ... import name` binding reads from (None: outside)."""
+        node = b.extra
+        key = self._from_key(b.scope.module, node)
+        if key is None and node.level and (b.node.name == "_ops" or (node.module or "").endswith("_ops")):
+            return ("_ops",)  # the generated module, however many dots lead to it
+        return key
+
     def _from_module(self, key: tuple[str, ...], name: str, depth: int) -> list:
         sub = key + (name,)
-        if sub in self.modules or (sub in self.packages and sub not in self.modules):
+        if sub in self.packages:
             return [_Mod(sub)]
         if self._is_generated(sub):
             return [_Gen("module")]
@@ -681,6 +692,9 @@ class _Analysis:
                         _Value("text", rest[1:].split("%")[0])])
 
     def _binding_value(self, b: _Binding, depth: int) -> _Value:
+        depth += 1
+        if depth > MAX_DEPTH:
+            return UNKNOWN
         if b.kind == "param":
             if b.extra[0] != "param" or self._self_param(b):
                 return UNKNOWN
@@ -690,15 +704,12 @@ class _Analysis:
         if b.kind == "unpack":
             return PREFIXED if self.evaluate(b.node, b.scope, depth) == PREFIXED else UNKNOWN
         if b.kind == "import" and isinstance(b.extra, ast.ImportFrom):
-            node, name = b.extra, b.node.name
-            key = self._from_key(b.scope.module, node)
-            if key is None and node.level and (node.module or "").endswith("_ops"):
-                key = ("_ops",)
+            key, name = self._import_key(b), b.node.name
             if key is not None and self._is_generated(key):
                 return PREFIXED if name == "ops" else UNKNOWN
-            module = self.modules.get(key) if key is not None else None
-            if module is not None:
-                return _join([self._binding_value(x, depth) for x in self.lookup(module.scope, name)])
+            if key in self.modules:
+                found = self.lookup(self.modules[key].scope, name)
+                return _join([self._binding_value(x, depth) for x in found])
         return UNKNOWN
 
     def _attribute_value(self, expr: ast.Attribute, scope: _Scope, depth: int) -> _Value:

@@ -590,3 +590,21 @@ def test_op_objects_and_absolute_imports_of_the_package(tmp_path):
         check_package(pairs, project)
     assert str(e.value.file).endswith("mod.py:7")
     assert [ln.strip().split(": ")[1] for ln in e.value.message.splitlines()[1:]] == ["reg", "w.reg"]
+
+
+def test_cyclic_imports_and_recursive_wrappers_end(tmp_path):
+    project, pairs = make_package(tmp_path, "k", {
+        "a.py": "from .b import NAME, reg\n\nreg(NAME)\n",
+        "b.py": textwrap.dedent("""
+            import torch
+
+            from .a import NAME
+
+
+            def reg(name, depth=0):
+                if depth:
+                    return reg(name, depth - 1)
+                return torch.library.register_fake(name)
+            """),
+    })
+    check_package(pairs, project)  # NAME is bound only by the two imports: not decidable
