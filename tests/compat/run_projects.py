@@ -144,7 +144,7 @@ def test_env(project: Path, variant: str, work: Path) -> dict:
     return {"LOCAL_KERNELS": f"{repo_id}={project}", "PYTHONPATH": path}
 
 
-def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
+def run_tests(project: Path, res: Result, args, work: Path, log: Path, paths: list[str]) -> None:
     tests = project / "tests"
     if not tests.is_dir():
         res.tests = "no-tests"
@@ -152,7 +152,7 @@ def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
     junit = work / f"{project.name}.junit.xml"
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", "tests"]
+           "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", *(paths or ["tests"])]
     code = run(cmd, log, cwd=project, env=test_env(project, res.variant, work),
                timeout=limit(args.test_timeout))
     if code == 124:
@@ -299,7 +299,10 @@ def main() -> int:
         # CUDA build only where there is a GPU.
         if res.build == "built" and not args.no_tests and not args.env \
                 and (gpu or "-cpu-" in res.variant) and in_time(res):
-            run_tests(work / res.project, res, args, work, work / f"{res.project}.log")
+            paths = expected_for(res.project, table).get("test-paths", [])
+            run_tests(work / res.project, res, args, work, work / f"{res.project}.log", paths)
+            if paths:
+                res.detail = res.detail or f"tests run: {' '.join(paths)}"
         res.verdict = verdict(res, expected_for(res.project, table), res.tests != "not-run")
         return res
 
