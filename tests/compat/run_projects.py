@@ -264,7 +264,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/kbuild-projects"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--title", default="kernel-builder projects built with kbuild")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     sys.path.insert(0, str(REPO / "tools"))
     projects = sorted(p for p in args.projects.resolve().iterdir() if (p / "build.toml").is_file()
                       and (not args.names or p.name in args.names))
