@@ -195,6 +195,8 @@ def trusted_uids() -> set[int]:
 
 def _unsafe(st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
     """Why a file or folder with this lstat result cannot be trusted, or None."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
     if st.st_uid not in trusted_uids():
         return f"it is owned by uid {st.st_uid}, not by you"
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
@@ -358,7 +360,7 @@ def provision(release: Release, root: Path | None = None, warn: Warn | None = No
     """The verified cached header tree of `release`, downloaded and unpacked when missing or
     when the cached one fails verification (with a warning saying why)."""
     warn = warn or _stderr_warning
-    base = trusted_base(root or cache_root())
+    base = trusted_base((root or cache_root()).resolve())
     final = base / release.key
     if os.path.lexists(final):
         problem = verify_tree(final, release)
@@ -366,7 +368,11 @@ def provision(release: Release, root: Path | None = None, warn: Warn | None = No
             return final
         warn(f"the cached CUTLASS {release.cutlass} headers at {final} failed verification "
              f"({problem}); provisioning them again")
-        _discard(final)
+        try:
+            _discard(final)
+        except OSError as e:
+            raise BuildError(f"cannot move the rejected tree {final} aside: {e.strerror or e}",
+                             hint="remove it by hand and build again") from None
     with tempfile.TemporaryDirectory(dir=base, prefix=f".{release.key}.") as tmp:
         wheel = _download(release, Path(tmp) / "wheel")
         staged = Path(tmp) / "tree"

@@ -149,6 +149,19 @@ def test_a_parent_others_can_write_is_refused_unless_sticky(release, tmp_path):
     assert files_of(deps.provision(release, shared / "cache", warn=print)) == HEADERS
 
 
+def test_a_symlinked_cutlass_folder_is_refused_and_a_symlinked_root_followed(release, root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "cutlass").symlink_to(elsewhere)
+    with pytest.raises(BuildError, match=r"cutlass: it is a symbolic link"):
+        deps.provision(release, root)
+    (root / "cutlass").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(root)  # like KBUILD_CACHE_DIR pointing through a link: its target is checked
+    tree, _ = provision(release, link)
+    assert tree == root.resolve() / "cutlass" / release.key and files_of(tree) == HEADERS
+
+
 def test_a_root_owned_by_someone_else_is_refused(release, root, monkeypatch):
     monkeypatch.setattr(deps, "trusted_uids", lambda: {4242})  # as if we were uid 4242
     with pytest.raises(BuildError) as e:
