@@ -15,6 +15,7 @@ from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
+from . import deps
 from .plan import VariantPlan
 
 DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
@@ -44,6 +45,9 @@ def provenance(plan: VariantPlan) -> dict:
                                  plan.cuda.root if plan.cuda else None)
     if env:  # a matrix environment: its name and the hashes of the locks it was realised from
         result["environment"] = env
+    used = deps.provenance(plan) if plan.compiled else []
+    if used:  # the header trees compiled in, and any substitution (--cutlass-substitute)
+        result["dependencies"] = [{k: v for k, v in d.items() if v is not None} for d in used]
     if plan.local_capabilities:  # --cuda-capabilities: never published (check refuses it)
         result["local-build"] = {"cuda-capabilities": list(plan.local_capabilities)}
     return result
