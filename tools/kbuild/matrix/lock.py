@@ -40,7 +40,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints,
-                      ValidationError, model_validator)
+                      ValidationError, field_validator, model_validator)
 
 from ..core.errors import BuildError
 from ..core.runner import capture
@@ -217,14 +217,15 @@ class LockFile(_Shape):
     packages: list[Package] = Field(min_length=1)
     tool: Tool
 
-    @model_validator(mode="after")
-    def _one_entry_per_package(self) -> "LockFile":
+    @field_validator("packages")
+    @classmethod
+    def _one_entry_per_package(cls, packages: list[Package]) -> list[Package]:
         seen: set[str] = set()
-        for pkg in self.packages:
+        for pkg in packages:
             if pkg.name in seen:
                 raise ValueError(f"{pkg.name} is locked twice")
             seen.add(pkg.name)
-        return self
+        return packages
 
 
 def _key(loc: tuple) -> str:
@@ -236,22 +237,19 @@ def _key(loc: tuple) -> str:
 
 
 def _hidden_character(value: object, key: str = "") -> tuple[str, str] | None:
-    """(key, character) of the first control, format or line-separator character anywhere in
-    a parsed document (its keys too): nothing a lock holds needs one."""
+    """(key, character) of the first character that is not printable (control, format, line
+    separator, …) anywhere in a parsed document, its keys too: nothing a lock holds needs one."""
+    if isinstance(value, str):
+        return None if value.isprintable() else (key, next(c for c in value if not c.isprintable()))
     if isinstance(value, dict):
-        items = [(f"{key}.{k}" if key else str(k), k, v) for k, v in value.items()]
-        for where, k, v in items:
-            found = _hidden_character(k, where) or _hidden_character(v, where)
-            if found:
+        for k, v in value.items():
+            where = f"{key}.{k}" if key else str(k)
+            if found := _hidden_character(k, where) or _hidden_character(v, where):
                 return found
     elif isinstance(value, list):
         for i, v in enumerate(value):
             if found := _hidden_character(v, f"{key}[{i}]"):
                 return found
-    elif isinstance(value, str):
-        for ch in value:
-            if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
-                return key, ch
     return None
 
 
@@ -298,7 +296,7 @@ def parse(text: str, path: Path) -> LockFile:
     except tomllib.TOMLDecodeError as e:
         raise BuildError(f"invalid lock: {e}", file=path, hint=hint) from None
     if found := _hidden_character(doc):
-        raise BuildError(f"control character {found[1]!r} in a value", file=path,
+        raise BuildError(f"control character {found[1]!r} (not printable)", file=path,
                          key=found[0] or None, hint=hint)
     if not isinstance(doc.get("tool"), dict) or "kbuild" not in doc["tool"]:
         raise BuildError("not a lock written by `kbuild lock`", file=path, key="tool.kbuild",
@@ -364,9 +362,8 @@ def states(spec: EnvSpec, platform: str | None = None) -> list[LockState]:
         return []
     found = []
     env_path = lock_path(spec.locks, platform, spec.name)
-    torch_index = False
-    if env_path.is_file():
-        torch_index = read(env_path).torch_index
+    env_lock = read(env_path) if env_path.is_file() else None
+    torch_index = env_lock.torch_index if env_lock else False
     for target in (toolkit_target(spec, platform), env_target(spec, platform, torch_index)):
         if target is None:
             continue
@@ -374,7 +371,7 @@ def states(spec: EnvSpec, platform: str | None = None) -> list[LockState]:
         if not path.is_file():
             found.append(LockState(target, path, "missing", env=spec.name))
             continue
-        lock = read(path)
+        lock = env_lock if path == env_path else read(path)
         found.append(LockState(target, path, "current" if matches(lock, target) else "stale",
                                lock, spec.name))
     return found
