@@ -64,6 +64,10 @@ class Index(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802
         parts = self.path.strip("/").split("/")
+        if parts[:3] == ["whl", "cpu", "torch"]:  # the PyTorch index's torch page
+            parts = ["simple", "torch"]
+        elif parts[0] == "notorch":  # an index without torch
+            parts = parts[1:] if parts[-1] != "torch" else ["-"]
         if parts[0] == "simple" and len(parts) == 2 and parts[1] in self.files:
             links = "".join(f'<a href="/files/{f}#sha256={hashlib.sha256(b).hexdigest()}">{f}</a>\n'
                             for f, b in self.files[parts[1]].items())
@@ -116,10 +120,10 @@ def locked(index, tmp_path_factory):
     return root
 
 
-def run(*args, index: str):
+def run(*args, index: str, find_links: str = ""):
     """The CLI, seeing only the index (no pip configuration of this machine, no other index)."""
     return kbuild(*args, env={"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": index,
-                              "PIP_FIND_LINKS": "", "PIP_EXTRA_INDEX_URL": "",
+                              "PIP_FIND_LINKS": find_links, "PIP_EXTRA_INDEX_URL": "",
                               "UV_NO_CONFIG": "1", "KBUILD_INSTALLER": "uv"}, timeout=300)
 
 
@@ -188,3 +192,24 @@ def test_a_changed_lock_fails_check(locked, index, tmp_path, change, words):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert words in " ".join((proc.stdout + proc.stderr).split()), proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_torch_wheel_locked_from_a_local_folder_is_checked_at_its_pytorch_index(index, tmp_path):
+    """Locked where torch's `+cpu` wheel lay in pip's find-links (recorded at the environment's
+    PyTorch index), checked where it does not (CI): the index's torch page is asked for torch."""
+    server = index.removesuffix("/simple")
+    root = tmp_path / "p"
+    root.mkdir()
+    (root / "pixi.toml").write_text(PIXI.replace("https://download.pytorch.org/whl/cpu",
+                                                 f"{server}/whl/cpu"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name, data = next(iter(Index.files["torch"].items()))
+    (wheels / name).write_bytes(data)
+    locked = run("lock", "--project", root, index=f"{server}/notorch/simple", find_links=str(wheels))
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    torch = package(tomllib.loads((root / LOCK).read_text()), "torch")
+    assert torch["wheels"][0]["url"].startswith(f"{server}/whl/cpu/torch-2.13.0")
+    proc = run("lock", "--check", "--project", root, "--platform", "linux-64",
+               index=f"{server}/notorch/simple")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

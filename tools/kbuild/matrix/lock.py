@@ -411,12 +411,24 @@ def verify(state: LockState, inst, timeout: float = 900) -> list[str]:
     preferred (so a newer release elsewhere is no difference): a package it adds or lacks, a
     version, a marker, or a hash that is not one of that release's files on the index."""
     assert state.lock is not None
-    lock = state.lock
+    lock, target = state.lock, state.target
     pins = [f"{p.name}=={p.version}" for p in lock.packages]
-    try:
-        text = _compile(state.target, inst, timeout, constraints=pins)
-    except BuildError as e:
-        return [f"its pins do not resolve from its inputs ({e.message})"]
+    # The sources `kbuild lock` resolves from; then, for a torch wheel recorded at the
+    # environment's PyTorch index (found in a local folder when locked), that index's torch page.
+    sources: list[list[str]] = [[]]
+    base = (target.torch_index or "").rstrip("/") + "/"
+    torch = next((p for p in lock.packages if p.name == "torch"), None)
+    if target.torch_index and not target.indexes and torch and any(
+            (w.url or "").startswith(base) for w in torch.wheels):
+        sources.append([base + "torch/"])
+    for links in sources:
+        try:
+            text = _compile(target, inst, timeout, constraints=pins, find_links=links)
+            break
+        except BuildError as e:
+            failure = e.message
+    else:
+        return [f"cannot be re-derived from its inputs here ({failure})"]
     return differences(lock.packages, parse(text, state.path).packages)
 
 
@@ -451,7 +463,8 @@ def _normal_marker(marker: str | None) -> str | None:
 
 # --- writing ------------------------------------------------------------------------------------
 
-def _compile(target: Target, inst, timeout: float, constraints: list[str] = ()) -> str:
+def _compile(target: Target, inst, timeout: float, constraints: list[str] = (),
+             find_links: list[str] = ()) -> str:
     """`target` resolved by uv into pylock text, made public, with its `[tool.kbuild]` record."""
     if inst.kind != "uv":
         raise BuildError("`kbuild lock` needs uv", hint="pip install uv")
@@ -460,10 +473,10 @@ def _compile(target: Target, inst, timeout: float, constraints: list[str] = ()) 
                          hint=f"platforms: {', '.join(PLATFORM_TAGS)}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "pylock.toml"
-        extra = []
+        extra = [arg for link in find_links for arg in ("--find-links", link)]
         if constraints:
             (Path(tmp) / "pins.txt").write_text("\n".join(constraints) + "\n")
-            extra = ["--constraint", str(Path(tmp) / "pins.txt")]
+            extra += ["--constraint", str(Path(tmp) / "pins.txt")]
         cmd = [inst.uv, "pip", "compile", "-", "--quiet", "--format", "pylock.toml", "--no-header",
                "--python-version", target.python, "--python-platform", PLATFORM_TAGS[target.platform],
                "-o", str(out), *inst.lock_args(list(target.indexes)), *extra]
