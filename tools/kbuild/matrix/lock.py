@@ -288,9 +288,12 @@ class Lock:
         return lines
 
 
+_REWRITE = "delete {} and run `kbuild lock` (a lock is written by kbuild, never by hand)"
+
+
 def parse(text: str, path: Path) -> LockFile:
     """The typed lock in `text`, or one BuildError naming the key that is wrong."""
-    hint = "re-lock it with `kbuild lock` (a lock is written by kbuild, never by hand)"
+    hint = _REWRITE.format(path.name)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -320,7 +323,7 @@ def read(path: Path) -> Lock:
         raise BuildError(f"cannot read the lock: {e.strerror}", file=path) from None
     except UnicodeDecodeError as e:
         raise BuildError(f"invalid lock: not UTF-8 ({e.reason})", file=path,
-                         hint="re-lock it with `kbuild lock`") from None
+                         hint=_REWRITE.format(path.name)) from None
     model = parse(text, path)
     meta = model.tool.kbuild
     return Lock(path=path, name=meta.environment, inputs_hash=meta.inputs,
