@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Callable
@@ -32,6 +33,8 @@ GITATTRIBUTES = b"""*.bin filter=lfs diff=lfs merge=lfs -text
 *.zip filter=lfs diff=lfs merge=lfs -text
 """
 
+MAX_PATH_PART = 255   # bytes: a file name on the clients' file systems
+MAX_PATH = 1024       # bytes: the path in the repo (the client's cache adds its own folders)
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 HEX_RE = re.compile(r"[0-9a-f]{5,40}")
 BAD_REF_RE = re.compile(r"(^[-/.])|(\.\.)|([\s~^:?*\[\\])|(/$)|(\.lock$)|(//)|(@\{)")
@@ -207,12 +210,18 @@ def gitignore_matcher(text: str) -> Callable[[str], bool]:
 
 
 def clean_path(path: Any) -> str:
+    """A file path a commit may store: relative, no `.`/`..`/empty parts, not under .git, no
+    control or line-separator characters, no part that is only whitespace, and short enough for
+    every client to write it (MAX_PATH_PART bytes a part, MAX_PATH in all)."""
     if not isinstance(path, str):
         raise HubError(400, "Invalid path")
     parts = path.split("/")
-    bad_part = any(p in ("", ".", "..") for p in parts) or parts[0] == ".git"
-    if not path or path.startswith("/") or "\\" in path or bad_part:
-        raise HubError(400, f"Invalid path: {path!r}")
+    bad_part = any(p in ("", ".", "..") or not p.strip() or len(p.encode("utf-8", "replace")) > MAX_PATH_PART
+                   for p in parts) or parts[0] == ".git"
+    hidden = any(unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") for c in path)
+    if (not path or path.startswith("/") or "\\" in path or bad_part or hidden
+            or len(path.encode("utf-8", "replace")) > MAX_PATH):
+        raise HubError(400, f"Invalid path: {path[:200]!r}")
     return path
 
 

@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="persist the store here")
     parser.add_argument("--untrusted", action="store_true", help="report trustedKernelPublisher=false")
     args = parser.parse_args(argv)
+    if args.read_token is not None and (args.token is None or args.read_token == args.token):
+        parser.error("--read-token needs a different --token (without one, no token is checked)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = HubServer(token=args.token, read_token=args.read_token, trusted_publisher=not args.untrusted,
                        data_dir=args.data_dir, port=args.port)

@@ -39,7 +39,10 @@ wheels = [{{ url = "{wheel['url']}", hashes = {{ sha256 = "{sha256}" }} }}]
 environment = "tiny"
 platform = "linux-64"
 python = "3.11"
-inputs = "sha256:0"
+requirements = ["idna"]
+indexes = []
+torch-index = false
+inputs = "sha256:{"0" * 64}"
 ''')
     return lock.read(path)
 

@@ -21,16 +21,46 @@ import typer
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
+from ..core.manifest import inside
 from .app import ProjectArg, app, out, table as make_table, warn
 
 
 def find_benchmarks(project: Path, only: list[str] | None = None) -> list[Path]:
+    """The benchmark scripts to run (`project` resolved). One that leads out of the project (a
+    symlink, or benchmarks/ itself linked elsewhere) is refused: bench runs only project files."""
     scripts = sorted((project / "benchmarks").glob("benchmark*.py"))
     if only:
         pats = [p for item in only for p in item.split(",") if p]
         scripts = [s for s in scripts if any(fnmatch.fnmatch(s.name, p) or fnmatch.fnmatch(s.stem, p)
                                              or s.stem == f"benchmark_{p}" for p in pats)]
+    for script in scripts:
+        if not inside(project, script):
+            raise BuildError(f"{script.relative_to(project)} leads to {script.resolve()}, outside "
+                             "the project", file=script,
+                             hint="replace the link with the file itself (kbuild bench runs only "
+                                  "files of the project)")
     return scripts
+
+
+def check_variants(variant: Path) -> list[Path]:
+    """The variants under `variant` (a built variant, or a folder of them), each passing
+    `kbuild check`'s file checks (metadata, digest, layout, its .so) before it is benchmarked."""
+    from ..core.layout import METADATA
+    from ..stages.check import check_variant, variant_dirs
+    if (variant / METADATA).is_file():
+        found = [variant]
+    else:
+        found = [d for d in variant_dirs(variant) if (d / METADATA).is_file()] if variant.is_dir() else []
+    if not found:
+        raise BuildError("not a built variant (no metadata.json) nor a folder of variants",
+                         file=variant, hint="pass build/<variant>, or leave out --variant-dir to build")
+    for folder in found:
+        problems = check_variant(folder, load=False).problems
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise BuildError(f"{folder.name} is not a complete variant: {problems[0]}{more}",
+                             file=folder, hint=f"rebuild it, or see `kbuild check {folder}`")
+    return found
 
 
 def default_device() -> str:
@@ -117,9 +147,13 @@ def bench(
     device = device or default_device()
     if device not in ("cuda", "cpu"):
         raise BuildError(f"unknown --device {device!r}", hint="use cuda or cpu")
-    variant = variant_dir.resolve() if variant_dir else build_variant(project, device)
-    if not variant.exists():
-        raise BuildError("no such variant folder", file=variant)
+    if variant_dir:
+        variant = variant_dir.resolve()
+        if not variant.exists():
+            raise BuildError("no such variant folder", file=variant)
+        check_variants(variant)
+    else:
+        variant = build_variant(project, device)
     results_dir = (out_dir or Layout.of(project).bench).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
     extra = [*(["--no-compile"] if no_compile else []),

@@ -246,10 +246,39 @@ def path_rewriter(mapping: dict[str, str]):
     return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
 
 
+def pytest_args(project: Path) -> list[str]:
+    """pytest's rootdir, configuration file and conftest search pinned to the project: its own
+    configuration (in tests/ or the project folder, as pytest would look for it) when it has one,
+    else none; never a parent folder's pytest.ini, pyproject.toml or conftest.py."""
+    import configparser
+    import tomllib
+
+    def configures_pytest(path: Path) -> bool:
+        if not path.is_file():
+            return False
+        if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+            return True
+        try:
+            if path.name == "pyproject.toml":
+                return "pytest" in tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read(path, encoding="utf-8")
+        except (OSError, ValueError, configparser.Error):  # pytest will say what is wrong
+            return True
+        return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
+
+    names = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
+             "tox.ini", "setup.cfg")
+    config = next((folder / name for folder in (project / "tests", project) for name in names
+                   if configures_pytest(folder / name)), None)
+    return ["--rootdir", str(project), "-c", str(config or os.devnull), "--confcutdir", str(project)]
+
+
 def run_tests(project: Path, python: str | None, args: list[str]) -> int:
     import subprocess
 
-    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q", *args]
+    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
+           *pytest_args(project), *args]
     if any(a in INTERACTIVE for a in args):
         return subprocess.call(cmd, cwd=project)
     if out.is_terminal and not any(a.startswith("--color") for a in args):

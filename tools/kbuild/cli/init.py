@@ -16,6 +16,7 @@ import typer
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, PIXI_TOML
 from ..core.manifest import NAME_RE
+from ..core.manifest.forms import repo_id as repo_id_rule
 from .app import app, log, warn
 
 TEMPLATES = resources.files("kbuild") / "resources" / "init"
@@ -147,10 +148,27 @@ def parse_backends(values: list[str] | None) -> tuple[str, ...]:
     return tuple(b for b in SCAFFOLD_BACKENDS if b in chosen)
 
 
+def check_repo_id(value: str) -> str:
+    """The manifest's rule for `general.hub.repo-id`, applied before anything is written (the
+    value lands in build.toml and CARD.md)."""
+    try:
+        return repo_id_rule(value)
+    except ValueError:
+        raise BuildError(f"--repo-id {value!r} is not a Hub repo id: expected org/name",
+                         hint="letters, digits, `-`, `_` and `.` on each side of one `/`; no `..` "
+                              "or `--`; at most 96 characters each") from None
+
+
 def create(target: Path, opts: InitOptions, *, git: bool = True,
            matrix_file: Path = DEFAULT_MATRIX) -> list[str]:
-    """Writes the project into `target` (which must not exist, or be an empty folder), all at
-    once: the files are written next to it and renamed into place. Returns the files written."""
+    """Writes the project into `target` (which must not exist, or be an empty folder, and is no
+    symbolic link), all at once: the files are written next to it and renamed into place.
+    Returns the files written."""
+    check_repo_id(opts.repo_id)
+    if target.is_symlink():
+        raise BuildError(f"{target} is a symbolic link (to {os.readlink(target)}); kbuild init "
+                         "writes a new folder, never through a link",
+                         hint="choose another path, or remove the link first")
     if target.exists() and not (target.is_dir() and not any(target.iterdir())):
         raise BuildError(f"{target} already exists; kbuild init never overwrites (choose another "
                          "name, or remove it first)")
@@ -163,8 +181,12 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
     files = render(opts, envs)
     if pixi is not None:
         files[PIXI_TOML] = pixi
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as e:
+        raise BuildError(f"cannot create {target}: {e.strerror} ({e.filename})",
+                         hint="choose another path") from None
     try:
         for rel, text in files.items():
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +195,11 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
         if pixi is not None and locks.is_dir():  # the matrix's environment locks, if it has any
             shutil.copytree(locks, staging / LOCKS)
         staging.chmod(0o777 & ~_umask())
-        os.rename(staging, target)
+        try:
+            os.rename(staging, target)
+        except OSError as e:  # it appeared meanwhile, or its folder refuses it
+            raise BuildError(f"cannot create {target}: {e.strerror}",
+                             hint="choose another path") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if git:
@@ -217,9 +243,7 @@ def init(
     if not NAME_RE.match(name):
         raise BuildError(f"{target.name!r} is not a kernel name: use lowercase letters, digits and "
                          "dashes, starting with a letter (e.g. my-kernel)")
-    repo = repo_id or f"your-org/{name}"
-    if "/" not in repo.strip("/"):
-        raise BuildError(f"--repo-id {repo!r}: expected org/name")
+    repo = check_repo_id(repo_id or f"your-org/{name}")
     opts = InitOptions(name=name, repo_id=repo, backends=parse_backends(backends),
                        noarch=noarch)
     create(target, opts, git=git)

@@ -237,7 +237,8 @@ def lock(
     project: Annotated[Path, typer.Option("--project", "-p", help="Kernel project directory.")] = Path("."),
     matrix: MatrixOpt = None,
     check: Annotated[bool, typer.Option(
-        "--check", help="Only verify: exit 1 when a lock is stale or belongs to no environment.")] = False,
+        "--check", help="Only verify: exit 1 when a lock is stale, malformed, belongs to no "
+                        "environment, or differs from what its inputs resolve to.")] = False,
     upgrade: Annotated[bool, typer.Option(help="Re-resolve locks that are still current.")] = False,
     platform: Annotated[Optional[str], typer.Option(
         help="Platform to lock for (linux-64, linux-aarch64); default: this machine's.")] = None,
@@ -251,8 +252,8 @@ def lock(
     project = project.resolve()
     mx = _load(project, matrix)
     platform = platform or lock_mod.host_platform()
-    if check:
-        problems, unlocked = lock_mod.check(mx, platform)
+    if check:  # each current lock is re-derived from its inputs and compared with what it holds
+        problems, unlocked = lock_mod.check(mx, platform, inst=envs_mod.installer())
         if unlocked:
             out.print(f"not locked (resolved afresh when built): {', '.join(unlocked)}",
                       highlight=False, soft_wrap=True)

@@ -189,23 +189,25 @@ class Packages:
             return {"requirements": list(self.requirements), "indexes": list(self.indexes)}
         return {"lock": {"file": self.lock.path.name, "sha256": self.lock.sha256}}
 
+    def preflight(self, inst: Installer) -> None:
+        """Every check that can be made before anything is created (a lock's platform, Python,
+        constraints and markers); a BuildError when one fails."""
+        if self.lock is not None:
+            inst.locked_requirements(self.lock)
+
     def install(self, inst: Installer, path: Path, log_file: Path) -> None:
         if self.lock is None:
             inst.install(path, list(self.requirements), log_file, list(self.indexes))
             return
-        if self.lock.python and self.lock.python != _python_version():
-            raise BuildError(f"{self.lock.path.name} is locked for Python {self.lock.python}, kbuild "
-                             f"runs on {_python_version()}", file=self.lock.path,
-                             key="tool.kbuild.python", hint=f"run kbuild with Python {self.lock.python}")
-        inst.install_locked(path, self.lock, log_file)
+        inst.install_locked(path, self.lock, log_file, list(self.indexes))
 
 
 def packages(state: locks.LockState | None, requirements: list[str], indexes: list[str],
              locked: bool = False) -> Packages:
-    """A current lock's packages; a stale lock is an error; without a lock, the requirements
-    (or an error, when `locked`)."""
+    """A current lock's packages (installed from the indexes the matrix names, not the lock); a
+    stale lock is an error; without a lock, the requirements (or an error, when `locked`)."""
     if state is not None and state.state == "current":
-        return Packages(lock=state.lock)
+        return Packages(indexes=state.target.indexes, lock=state.lock)
     if state is not None and state.state == "stale":
         raise BuildError(f"{state.problem}", file=state.path, key="tool.kbuild.inputs",
                          hint=state.fix)
@@ -267,7 +269,8 @@ def _fix_layout(root: Path) -> None:
 
 
 def toolkit(spec: EnvSpec, folder: Path, inst: Installer, log: Log, log_dir: Path,
-            state: locks.LockState | None = None, locked: bool = False) -> tuple[Path, bool, float]:
+            state: locks.LockState | None = None, locked: bool = False,
+            pkgs: Packages | None = None) -> tuple[Path, bool, float]:
     """CUDA_HOME for `spec`'s toolkit: the shared wheel toolkit of its major.minor (from its lock
     when there is one), or a local one."""
     assert spec.cuda
@@ -290,7 +293,7 @@ def toolkit(spec: EnvSpec, folder: Path, inst: Installer, log: Log, log_dir: Pat
             raise BuildError(f"{root}/bin/nvcc is not CUDA {spec.cuda}")
         return {"cuda_home": str(root.relative_to(p))}
 
-    pkgs = packages(state, list(spec.toolkit_wheels), [], locked)
+    pkgs = pkgs or packages(state, list(spec.toolkit_wheels), [], locked)
     created, seconds = _ensure_venv(path, pkgs, inst, log, log_dir / f"toolkit-{spec.compute}.log",
                                     verify=verify, extra={"cuda": spec.cuda})
     stamp = read_stamp(path) or {}
@@ -311,15 +314,20 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
     inst = inst or installer()
     log_dir = log_dir or folder / "logs"
     start = time.monotonic()
-    tk_state, env_state = lock_states(spec)
-    for state in (tk_state, env_state):  # refused before anything is created
-        if state is not None and state.state == "stale":
-            packages(state, [], [])
-    cuda_home, tk_created = None, False
-    if spec.cuda:
-        cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir, tk_state, locked)
+    tk_state, env_state = lock_states(spec)  # a malformed lock is refused here
+    # everything is decided, and every lock checked for this machine, before anything is created
+    tk_pkgs = None
+    if spec.cuda and spec.toolkit_wheels:
+        tk_pkgs = packages(tk_state, list(spec.toolkit_wheels), [], locked)
     req, indexes = torch_source(spec, torch_index)
     pkgs = packages(env_state, [req, *spec.pypi_extra], indexes, locked)
+    for p in (tk_pkgs, pkgs):
+        if p is not None:
+            p.preflight(inst)
+    cuda_home, tk_created = None, False
+    if spec.cuda:
+        cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir, tk_state, locked,
+                                           pkgs=tk_pkgs)
 
     def verify(p: Path) -> dict:
         code = ("import json, torch; print(json.dumps({'torch': torch.__version__, "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
@@ -99,27 +100,42 @@ class Installer:
             args += ["--constraint", c]
         return args
 
-    def install_locked(self, path: Path, lock: "Lock", log_file: Path) -> None:
-        """Exactly the files of `lock`: hash-checking mode, no dependency resolution. Any index
-        pip is configured with may serve them (a local mirror too): the hashes decide."""
-        from .lock import PLATFORM_TAGS, host_platform
+    def locked_requirements(self, lock: "Lock") -> list[str]:
+        """The hash-pinned requirement lines `install_locked` installs, after every check that
+        can be made before anything is created: the lock's platform and Python are this
+        machine's, pip's constraints here allow its pins, its markers evaluate here."""
+        from .lock import host_platform
         if lock.platform != host_platform():
             raise BuildError(f"{lock.path.name} is for {lock.platform}, this machine is "
                              f"{host_platform()}", file=lock.path, key="tool.kbuild.platform",
                              hint=f"kbuild lock --platform {host_platform()}")
+        here = "%d.%d" % sys.version_info[:2]
+        if lock.python != here:
+            raise BuildError(f"{lock.path.name} is locked for Python {lock.python}, kbuild "
+                             f"runs on {here}", file=lock.path, key="tool.kbuild.python",
+                             hint=f"run kbuild with Python {lock.python}")
         self.check_constraints(lock)
+        return lock.requirement_lines()
+
+    def install_locked(self, path: Path, lock: "Lock", log_file: Path,
+                       indexes: list[str] = ()) -> None:
+        """Exactly the files of `lock`: hash-checking mode, no dependency resolution. The indexes
+        are the matrix's (`indexes`, with pip's configured ones, a local mirror too), never the
+        lock's own record: the hashes decide."""
+        from .lock import PLATFORM_TAGS
+        lines = self.locked_requirements(lock)
         req = path.with_name(path.name + ".requirements.txt")
-        req.write_text("\n".join(lock.requirement_lines()) + "\n")
+        req.write_text("\n".join(lines) + "\n")
         try:
             if self.kind == "uv":
                 cmd = [self.uv, "pip", "install", "--python", str(venv_python(path)),
                        "--require-hashes", "--no-deps", "--python-platform",
                        PLATFORM_TAGS[lock.platform],
-                       *self._uv_args(list(lock.indexes), constraints=False), "-r", str(req)]
+                       *self._uv_args(list(indexes), constraints=False), "-r", str(req)]
             else:
                 cmd = [str(venv_python(path)), "-m", "pip", "install", "--no-input", "--require-hashes",
                        "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check"]
-                for url in lock.indexes:
+                for url in indexes:
                     cmd += ["--extra-index-url", url]
                 cmd += ["-r", str(req)]
             run(cmd, log_file, f"installing {lock.path.name} (hash-checked)", env=self._env())
@@ -128,8 +144,7 @@ class Installer:
 
     def check_constraints(self, lock: "Lock") -> None:
         """pip's constraints hold for a lock too (hash-checking mode can't take them)."""
-        pins = {Requirement(f"{p['name']}=={p['version']}").name.lower(): p["version"]
-                for p in lock.packages}
+        pins = {p.name: p.version for p in lock.packages}
         for file in self.config.get("constraint", []):
             try:
                 lines = Path(file).read_text().splitlines()
@@ -143,7 +158,7 @@ class Installer:
                     req = Requirement(line)
                 except InvalidRequirement:
                     continue
-                version = pins.get(req.name.lower())
+                version = pins.get(canonicalize_name(req.name))
                 if version and not req.specifier.contains(version, prereleases=True):
                     raise BuildError(f"{lock.path.name} pins {req.name} {version}, which pip's "
                                      f"constraints here exclude ({line})", file=lock.path,

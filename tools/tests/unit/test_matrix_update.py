@@ -28,7 +28,7 @@ def wheel(version: str, arch: str = "x86_64", py: str = "cp311") -> str:
 PYTORCH_FILES = [wheel("2.14.1+cu130"), wheel("2.13.0+cpu"),
                  *[wheel(f"2.14.2+{c}") for c in ("cu126", "cu130", "cu132", "cpu")],
                  wheel("2.15.0+cu126"),
-                 *[wheel(f"2.15.0+{c}", a) for c in ("cu130", "cu134", "cpu")
+                 *[wheel(f"2.15.0+{c}", a) for c in ("cu130", "cu131", "cpu")
                    for a in ("x86_64", "aarch64")],
                  wheel("2.15.0+cu118"), wheel("2.15.0+rocm7.2"), wheel("2.15.0+cu140", py="cp313"),
                  wheel("2.16.0rc1+cu130"), "torch-2.15.0.tar.gz"]
@@ -84,7 +84,7 @@ def test_labelled_releases_by_flavour_and_platform(index):
     found = update.releases(f"{index}/whl", "3.11")
     release = found[update.Version("2.15.0")]
     assert release.computes == {"cu126": {"linux-64"}, "cu130": {"linux-64", "linux-aarch64"},
-                                "cu134": {"linux-64", "linux-aarch64"},
+                                "cu131": {"linux-64", "linux-aarch64"},
                                 "cpu": {"linux-64", "linux-aarch64"}, "cu118": {"linux-64"}}
     assert update.Version("2.16.0rc1") not in found  # pre-releases are not followed
 
@@ -92,7 +92,7 @@ def test_labelled_releases_by_flavour_and_platform(index):
 def test_new_release_and_patch_are_added_in_the_files_style(index, pixi):
     mx = matrix.load(pixi)
     changes = update.plan(mx, update.releases(f"{index}/whl", "3.11", update.newer_than(mx)))
-    assert changes.added == ["torch215-cu126", "torch215-cu130", "torch215-cu134", "torch215-cpu"]
+    assert changes.added == ["torch215-cu126", "torch215-cu130", "torch215-cu131", "torch215-cpu"]
     assert changes.bumped == ["2.14.1 -> 2.14.2"]  # cu118 is older than the matrix's oldest CUDA
     text = changes.text
     assert ('[feature.pt215-cu130.pypi-dependencies]\ntorch = { version = "==2.15.0", index = '
@@ -102,8 +102,8 @@ def test_new_release_and_patch_are_added_in_the_files_style(index, pixi):
     assert ('torch215-cpu = { features = ["pt215-cpu"], solve-group = "torch215-cpu", '
             'platforms = ["linux-64", "linux-aarch64"] }\n') in text
     # a toolkit feature for the new CUDA version, shaped like the newest one
-    assert '[feature.cuda134.dependencies]\ncuda-version = "13.4.*"\ncuda-nvcc = "*"\n' in text
-    assert '[feature.cuda134.activation.env]\nCUDA_HOME = "$CONDA_PREFIX"\n' in text
+    assert '[feature.cuda131.dependencies]\ncuda-version = "13.1.*"\ncuda-nvcc = "*"\n' in text
+    assert '[feature.cuda131.activation.env]\nCUDA_HOME = "$CONDA_PREFIX"\n' in text
     assert '"==2.14.1"' not in text and text.count('"==2.14.2"') == 4
     # only additions and the moved pins: every other line is kept as it was
     old = pixi.read_text().splitlines()
@@ -112,7 +112,7 @@ def test_new_release_and_patch_are_added_in_the_files_style(index, pixi):
     pixi.write_text(text)
     new = matrix.load(pixi)
     assert [p for e in new.envs for p in matrix.name_problems(e)] == []
-    assert new.get("torch215-cu134").cuda == "13.4"
+    assert new.get("torch215-cu131").cuda == "13.1"
     assert new.get("torch214-cu130").torch_version == "2.14.2"
     import jsonschema
     import tomllib
