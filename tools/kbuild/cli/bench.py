@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core.backend import COMPILED_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from .app import ProjectArg, app, out, table as make_table, warn
@@ -35,7 +36,7 @@ def find_benchmarks(project: Path, only: list[str] | None = None) -> list[Path]:
 
 def default_device() -> str:
     import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return Backend.CUDA.value if torch.cuda.is_available() else Backend.CPU.value
 
 
 def build_variant(project: Path, device: str) -> Path:
@@ -115,8 +116,9 @@ def bench(
         raise BuildError("no benchmarks to run", file=project / "benchmarks",
                          hint="add benchmarks/benchmark_<name>.py (see tools/kbuild_bench/harness.py)")
     device = device or default_device()
-    if device not in ("cuda", "cpu"):
-        raise BuildError(f"unknown --device {device!r}", hint="use cuda or cpu")
+    if device not in COMPILED_BACKENDS:
+        raise BuildError(f"unknown --device {device!r}",
+                         hint=f"use {' or '.join(COMPILED_BACKENDS)}")
     variant = variant_dir.resolve() if variant_dir else build_variant(project, device)
     if not variant.exists():
         raise BuildError("no such variant folder", file=variant)

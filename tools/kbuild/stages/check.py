@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
@@ -75,16 +76,16 @@ def abi_problems(so: Path) -> list[Problem]:
     return problems
 
 
-def code_problems(so: Path, backend: str, archs: list[str], stable: bool) -> list[Problem]:
+def code_problems(so: Path, backend: Backend, archs: list[str], stable: bool) -> list[Problem]:
     """The binary against its promises: GPU code for every declared capability (CUDA fat binary,
     HIP offload bundles) and, for a stable-ABI variant, no torch C++ API symbol."""
     problems: list[Problem] = []
-    if backend == "cuda" and archs:
+    if backend == Backend.CUDA and archs:
         codes = binary.cuda_code(so)
         have = ", ".join(c.name for c in codes) or "none"
         problems += [Problem("code.capability", f"{so.name}: {p} (the fat binary holds {have})")
                      for p in binary.cuda_coverage_problems(codes, archs)]
-    elif backend == "rocm" and archs:
+    elif backend == Backend.ROCM and archs:
         targets, compressed = binary.rocm_targets(so)
         if not compressed:
             problems += [Problem("code.capability", f"{so.name}: {p}")
@@ -123,7 +124,7 @@ def verify_build(plan, so: Path) -> None:
         code = problems[0].code
         hint, key = {
             "link.unresolved": ("define it in a kernel of this backend, or guard its use (e.g. "
-                                f"#ifdef {plan.backend.upper()}_KERNEL)", None),
+                                f"#ifdef {plan.backend.kernel_define})", None),
             "code.capability": ("compile for the capability or drop it from cuda-capabilities",
                                 "cuda-capabilities"),
             "abi.torch-stable": ("use only torch/csrc/stable/ APIs, or remove torch.stable-abi",

@@ -24,6 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST
 from ..core.runner import capture
@@ -53,7 +54,7 @@ CUTLASS = {
     "cutlass_4_2": Release("4.2.0.0", "f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6"),
 }
 # Dependencies of backends this builder does not compile.
-OTHER_BACKENDS = {"sycl_tla": "xpu", "metal-cpp": "metal"}
+OTHER_BACKENDS = {"sycl_tla": Backend.XPU, "metal-cpp": Backend.METAL}
 NOT_PROVISIONED = {"torch"}  # handled by the build itself
 
 

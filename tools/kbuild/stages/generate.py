@@ -14,6 +14,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
 from . import deps, frameworks
@@ -113,7 +114,8 @@ def cmake_arch(cap: str) -> str:
 
 def torch_libs(plan: VariantPlan) -> list[str]:
     lib = Path(plan.torch.lib_dir)
-    names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"] if plan.backend == "cuda" else [])
+    names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"]
+                                             if plan.backend == Backend.CUDA else [])
     libs = [str(lib / f"lib{n}.so") for n in names]
     return libs + ([plan.cuda.cudart] if plan.cuda else [])
 
@@ -124,7 +126,7 @@ def mentions_extension_name(files: list[Path]) -> bool:
 
 def torch_definitions(plan: VariantPlan) -> list[str]:
     defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}",
-            f"{plan.backend.upper()}_KERNEL"]
+            plan.backend.kernel_define]
     stable = frameworks.plan_stable_version(plan)
     if stable:
         defs.append(f"TORCH_TARGET_VERSION={frameworks.target_version_hex(stable)}")
@@ -164,7 +166,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         v.set(p + "CXX_SOURCES", [s for s in compiled if not s.endswith(CUDA_SUFFIXES)], f"{k}.src")
         v.set(p + "CUDA_SOURCES", [s for s in compiled if s.endswith(CUDA_SUFFIXES)], f"{k}.src")
         includes = [str(project / d) for d in kernel.include] + dep_includes.get(name, [])
-        if plan.cuda and kernel.backend == "cuda":
+        if plan.cuda and kernel.backend == Backend.CUDA:
             includes += plan.cuda.include_dirs
             env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
             check_cuda_kernel(plan, name, kernel, includes + toolkit + dep_dirs + env_dirs)

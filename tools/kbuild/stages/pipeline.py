@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import manifest as manifest_mod
+from ..core.backend import Backend
 from ..core.layout import Layout
 from ..core.locking import locked
 from . import frameworks, pyops
@@ -72,11 +73,11 @@ def _compile_progress(plan: VariantPlan, on_step: OnStep):
     return progress
 
 
-def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[str]:
+def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[Backend]:
     """A CUDA torch builds the `cuda` variant, a CPU torch the `cpu` one (if listed)."""
     if manifest.is_noarch:
         return list(manifest.general.backends)
-    want = "cuda" if torch and torch.cuda else "cpu"
+    want = Backend.CUDA if torch and torch.cuda else Backend.CPU
     return [want] if want in manifest.general.backends else [manifest.general.backends[0]]
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..core.backend import COMPILED_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.gitinfo import GitState, build_uid
 from ..core.layout import MANIFEST, TORCH_EXT
@@ -23,19 +24,18 @@ DEFAULT_CAPS = [
                        "12.0+PTX"]),
     (Version("0"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"]),
 ]
-COMPILED_BACKENDS = ("cpu", "cuda")
 
 
 def default_capabilities(cuda: Version) -> list[str]:
     return next(caps for floor, caps in DEFAULT_CAPS if cuda >= floor)
 
 
-def variant_of(torch: TorchInstall, backend: str, cuda: Version | None = None) -> Variant:
+def variant_of(torch: TorchInstall, backend: Backend, cuda: Version | None = None) -> Variant:
     if backend not in COMPILED_BACKENDS:
         raise BuildError(f"backend {backend!r} cannot be compiled here yet",
                          hint=f"supported: {', '.join(COMPILED_BACKENDS)}")
     toolkit = None
-    if backend == "cuda":
+    if backend == Backend.CUDA:
         v = cuda or Version(torch.cuda or "0")
         toolkit = (v.major, v.minor)
     release = torch.torch_release
@@ -47,7 +47,7 @@ def variant_of(torch: TorchInstall, backend: str, cuda: Version | None = None) -
 class VariantPlan:
     project: Path
     manifest: Manifest
-    backend: str
+    backend: Backend
     torch: TorchInstall | None  # the target interpreter's torch (None: noarch)
     name: str
     uid: str
@@ -55,6 +55,9 @@ class VariantPlan:
     kernels: dict[str, Kernel] = field(default_factory=dict)
     cuda: CudaToolkit | None = None
     kernel_archs: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))
 
     @property
     def module_name(self) -> str:
@@ -68,13 +71,21 @@ class VariantPlan:
     def archs(self) -> list[str]:
         """All capabilities of the variant, for metadata (sorted numerically)."""
         caps = {c for archs in self.kernel_archs.values() for c in archs}
-        if self.backend != "cuda":
+        if self.backend != Backend.CUDA:
             return sorted(caps)  # e.g. ROCm gfx names
         return sorted(caps, key=lambda c: (Version(c.split("+")[0].rstrip("af")), c))
 
     @property
     def compiled(self) -> bool:
         return not self.manifest.is_noarch
+
+
+def listed_backend(manifest: Manifest, backend: Backend | str, project: Path) -> Backend:
+    """`backend` (as the command line names it) when the manifest lists it."""
+    if backend not in manifest.general.backends:
+        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
+                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    return Backend(backend)
 
 
 def input_files(project: Path, manifest: Manifest) -> list[Path]:
@@ -111,7 +122,7 @@ def _check_bounds(value: Version, lo: str | None, hi: str | None, *, what: str, 
                          key=f"{key}.maxver", hint="use an older environment or raise maxver")
 
 
-def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
+def _check_buildable(manifest: Manifest, backend: Backend, project: Path) -> None:
     """Refuses, naming the key, what this builder cannot compile (yet)."""
     path = project / MANIFEST
     if backend not in COMPILED_BACKENDS:
@@ -121,14 +132,15 @@ def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
     frameworks.refuse_unbuildable(manifest, project)
 
 
-def variant_kernels(manifest: Manifest, backend: str, cuda: Version | None) -> dict[str, Kernel]:
+def variant_kernels(manifest: Manifest, backend: Backend, cuda: Version | None) -> dict[str, Kernel]:
     """The kernels a variant compiles: `kernels_for(backend)`, less the CUDA kernels whose
     cuda-minver/cuda-maxver exclude the toolkit."""
     kernels = manifest.kernels_for(backend)
     if cuda is None:
         return kernels
     toolkit = (cuda.major, cuda.minor)
-    return {n: k for n, k in kernels.items() if k.backend != "cuda" or k.in_cuda_range(toolkit)}
+    return {n: k for n, k in kernels.items()
+            if k.backend != Backend.CUDA or k.in_cuda_range(toolkit)}
 
 
 def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> dict[str, list[str]]:
@@ -136,7 +148,7 @@ def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> 
     defaults = default_capabilities(cuda.version)
     result = {}
     for name, kernel in kernels.items():
-        if kernel.backend != "cuda":
+        if kernel.backend != Backend.CUDA:
             continue
         wanted = kernel.cuda_capabilities or defaults
         kept = [c for c in wanted if c.split("+")[0].rstrip("af") in supported]
@@ -150,18 +162,16 @@ def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> 
     return result
 
 
-def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: str) -> VariantPlan:
+def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend) -> VariantPlan:
     project = project.resolve()
-    if backend not in manifest.general.backends:
-        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
-                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    backend = listed_backend(manifest, backend, project)
     _check_buildable(manifest, backend, project)
     if manifest.torch:
         _check_bounds(torch.torch_release, manifest.torch.minver, manifest.torch.maxver,
                       what="torch", key="torch", project=project)
     cuda = None
     kernel_archs: dict[str, list[str]] = {}
-    if backend == "cuda":
+    if backend == Backend.CUDA:
         cuda = find_cuda(torch)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
@@ -175,14 +185,13 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 
-def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:
+def plan_noarch(project: Path, manifest: Manifest, backend: Backend) -> VariantPlan:
     project = project.resolve()
-    if backend not in manifest.general.backends:
-        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
-                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    backend = listed_backend(manifest, backend, project)
     uid, git = build_uid(project, input_files(project, manifest))
     noarch = manifest.torch_noarch
-    declared = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
+    key = backend.needs.archs_key  # cuda-capabilities, rocm-archs
+    declared = getattr(noarch, key) if key else None
     archs = {"noarch": list(declared)} if declared else {}
     return VariantPlan(project=project, manifest=manifest, backend=backend, torch=None,
                        name=Variant.noarch(backend).name, uid=uid, git=git, kernel_archs=archs)
