@@ -24,7 +24,7 @@ from typing import Callable
 
 from . import realise
 from ..core import manifest as manifest_mod
-from ..stages.assemble import digest_files
+from ..core.built import digest_files
 from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
 from ..core.runner import kill_group, spawn_logged

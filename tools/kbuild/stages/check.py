@@ -10,15 +10,13 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.backend import Backend
+from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
-from ..core.metadata import read as read_metadata
 from . import binary
-from .assemble import digest_files
 
-REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
 MANYLINUX = "manylinux_2_28"
 PYTHON_ABI = "3.9"
 HEX_COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
@@ -133,10 +131,16 @@ def verify_build(plan, so: Path) -> None:
     stamp.write_text(fingerprint)
 
 
-def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
-    compiled = not variant.name.startswith("torch-") or variant.name.startswith("torch-stable-abi")
-    problems = [Problem("metadata.missing-key", f"metadata.json: missing required key `{k}`")
-                for k in REQUIRED_KEYS if k not in meta]
+def _parsed(built: BuiltVariant) -> Variant | None:
+    try:
+        return Variant.parse(built.name)
+    except VariantError:
+        return None  # layout_problems reports the name
+
+
+def metadata_problems(built: BuiltVariant) -> list[Problem]:
+    meta, parsed = built.metadata, _parsed(built)
+    problems: list[Problem] = []
     try:
         from kernels._rust import Metadata
     except ImportError:
@@ -146,36 +150,30 @@ def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
         problems.append(Problem("metadata.loader", f"the kernels loader cannot be imported: {exc}"))
     if Metadata is not None:
         try:
-            Metadata.read_from_file(variant / METADATA)
+            Metadata.read_from_file(built.path / METADATA)
         except Exception as exc:  # the loader's own parser is the judge
             problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
-    prov = _object(meta.get("provenance"))
-    for part in ("kernel-builder", "kernel"):
-        commit = _object(prov.get(part)).get("commit")
-        if commit is not None and not (isinstance(commit, str) and HEX_COMMIT.match(commit)):
+    prov = meta.provenance
+    commits = {"kernel-builder": prov.kernel_builder.commit if prov else None,
+               "kernel": prov.kernel.commit if prov and prov.kernel else None}
+    for part, commit in commits.items():
+        if commit is not None and not HEX_COMMIT.match(commit):
             problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
                                                               f"{commit!r} is not a full hex id"))
-    backend = _object(meta.get("backend"))
-    if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
+    compiled = parsed is None or not parsed.is_noarch
+    if compiled and meta.backend.type.needs.archs_key and not meta.backend.archs:
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
     return problems
 
 
-def _object(value: object) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def digest_problems(variant: Path, meta: dict) -> list[Problem]:
-    digest = meta.get("digest")
-    if not digest:
+def digest_problems(built: BuiltVariant) -> list[Problem]:
+    digest = built.metadata.digest
+    if digest is None:
         return [Problem("digest.missing", "metadata.json: no `digest`")]
-    if not isinstance(digest, dict) or not isinstance(digest.get("files"), dict):
-        return [Problem("digest.shape", "metadata.json: `digest` must be an object with "
-                        "`algorithm` and `files` (an object of path: hash)")]
-    if digest.get("algorithm") != "sha256":
+    if digest.algorithm != "sha256":
         return [Problem("digest.algorithm", "metadata.json: unsupported digest algorithm "
-                        f"{digest.get('algorithm')!r}")]
-    expected, actual = digest["files"], digest_files(variant)
+                        f"{digest.algorithm!r}")]
+    expected, actual = digest.files, built.digest()
     problems = [Problem("digest.file-missing", f"digest: {p} is missing")
                 for p in sorted(expected.keys() - actual.keys())]
     problems += [Problem("digest.file-extra", f"digest: {p} is not in the digest")
@@ -185,8 +183,9 @@ def digest_problems(variant: Path, meta: dict) -> list[Problem]:
     return problems
 
 
-def layout_problems(variant: Path, meta: dict) -> list[Problem]:
+def layout_problems(built: BuiltVariant) -> list[Problem]:
     problems: list[Problem] = []
+    variant, meta = built.path, built.metadata
     try:
         parsed = Variant.parse(variant.name)
     except VariantError as e:
@@ -198,31 +197,27 @@ def layout_problems(variant: Path, meta: dict) -> list[Problem]:
     problems += [Problem(BYTECODE, f"layout: {p.relative_to(variant)} must not be shipped")
                  for p in junk]
     sos = sorted(variant.glob("*.so"))
-    kid = meta.get("id", "")
+    kid = meta.id
     if parsed.is_noarch:
         problems += [Problem("layout.so", f"layout: noarch variant contains {s.name}") for s in sos]
     elif [s.name for s in sos] != [f"{kid}.abi3.so"]:
         problems.append(Problem("layout.so", f"layout: expected exactly {kid}.abi3.so, "
                                             f"found {[s.name for s in sos]}"))
-    if meta.get("backend", {}).get("type") != parsed.backend:
-        problems.append(Problem("layout.backend", f"layout: folder {variant.name} is a {parsed.backend} "
-                                "variant but metadata says "
-                                f"{meta.get('backend', {}).get('type')!r}"))
-    name = meta.get("name", "")
+    if meta.backend.type != parsed.backend:
+        problems.append(Problem("layout.backend", f"layout: folder {variant.name} is a "
+                                f"{parsed.backend or parsed.compute} variant but metadata says {meta.backend.type!r}"))
+    name = meta.name
     if kid and not kid.startswith(f"_{name.replace('-', '_')}_"):
         problems.append(Problem("metadata.id", f"metadata.json: id {kid!r} does not start with "
                                              f"_{name.replace('-', '_')}_"))
     return problems
 
 
-def variant_code_problems(variant: Path, meta: dict, so: Path) -> list[Problem]:
-    try:
-        parsed = Variant.parse(variant.name)
-    except VariantError:
-        return []  # layout_problems reports the name
-    backend = meta.get("backend") if isinstance(meta.get("backend"), dict) else {}
-    archs = backend.get("archs") if isinstance(backend.get("archs"), list) else []
-    return code_problems(so, parsed.backend, [a for a in archs if isinstance(a, str)],
+def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
+    parsed = _parsed(built)
+    if parsed is None or parsed.backend is None:
+        return []
+    return code_problems(so, parsed.backend, built.metadata.backend.archs or [],
                          parsed.framework == "torch-stable-abi")
 
 
@@ -237,19 +232,23 @@ def probe_load(variant: Path, python: str | None) -> dict:
 
 
 def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
-    report = CheckReport(variant.name)
-    meta, unreadable = read_metadata(variant)
-    if meta is None:  # missing, not JSON, or of the wrong shape: the checks below read it
-        report.problems += [Problem(p.code, p.message) for p in unreadable]
-        return report
-    report.problems += metadata_problems(variant, meta)
-    report.problems += digest_problems(variant, meta)
-    report.problems += layout_problems(variant, meta)
-    for so in sorted(variant.rglob("*.so")):
+    """The report of the variant folder `variant`, readable or not."""
+    built, unreadable = BuiltVariant.read(variant)
+    if built is None:  # missing, not JSON, or of the wrong shape: the checks read it
+        return CheckReport(variant.name, [Problem(p.code, p.message) for p in unreadable])
+    return check_built(built, python=python, load=load)
+
+
+def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = True) -> CheckReport:
+    report = CheckReport(built.name)
+    report.problems += metadata_problems(built)
+    report.problems += digest_problems(built)
+    report.problems += layout_problems(built)
+    for so in sorted(built.path.rglob("*.so")):
         report.problems += abi_problems(so)
-        report.problems += variant_code_problems(variant, meta, so)
+        report.problems += variant_code_problems(built, so)
     if load and not report.problems:
-        result = probe_load(variant, python)
+        result = probe_load(built.path, python)
         if result["loadable"]:
             report.loaded = True
             report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")
