@@ -13,7 +13,8 @@ from typer.core import TyperCommand
 
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, METADATA, Layout
-from .app import ProjectArg, StepDisplay, app, keep_whole, out, table, warn
+from ..stages.toolchain import Toolkit
+from .app import ProjectArg, StepDisplay, app, keep_whole, note, out, table, warn
 
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
@@ -23,6 +24,9 @@ PythonOpt = Annotated[Optional[str], typer.Option(
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
 EnvOpt = Annotated[Optional[str], typer.Option(
     "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
+CudaHomeOpt = Annotated[Optional[Path], typer.Option(
+    "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
+                        "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
 
 
 def target_python(python: str | None) -> str | None:
@@ -52,12 +56,14 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
-              build_dir: Path | None = None, jobs: int | None = None) -> list:
+              build_dir: Path | None = None, jobs: int | None = None,
+              toolkit: Toolkit = Toolkit()) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
     from ..stages import pipeline
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=target_python(python),
-                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display)
+                                 toolkit=toolkit, build_dir=build_dir, jobs=jobs,
+                                 warn=warn, on_step=display)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
@@ -67,16 +73,17 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
-          build_dir: BuildDirOpt = None, env: EnvOpt = None,
+          build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
     if env:
         if python:
             raise BuildError("--env and --python exclude each other")
-        from .matrix import env_interpreter
-        python = env_interpreter(project, env)
-    run_build(project, backend, python, build_dir, jobs)
+        from ..matrix.envs import realise_env
+        real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"))
+        python, cuda_home = str(real.python), cuda_home or real.cuda_home
+    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home))
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:

@@ -306,21 +306,6 @@ def lock(
         raise typer.Exit(1)
 
 
-def env_interpreter(project: Path, name: str) -> str:
-    """`build --env NAME`: the interpreter of environment NAME, realised from PyPI (from its lock
-    when it has one); its toolkit becomes CUDA_HOME for this process."""
-    import os
-
-    from ..matrix import envs as envs_mod
-    project = project.resolve()
-    spec = _load(project, None).get(name)
-    real = envs_mod.realise(spec, envs_mod.envs_dir(project), log=lambda m: err.print(f"{name}: {m}"),
-                            log_dir=Layout.of(project).logs)
-    if real.cuda_home:
-        os.environ["CUDA_HOME"] = str(real.cuda_home)
-    return str(real.python)
-
-
 matrix_app = typer.Typer(no_args_is_help=True, help="Maintain the environment matrix (pixi.toml).")
 app.add_typer(matrix_app, name="matrix")
 

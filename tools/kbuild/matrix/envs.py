@@ -345,6 +345,18 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
                     (created or tk_created) else 0.0, path=folder / spec.name)
 
 
+def realise_env(project: Path, name: str, *, log: Log = lambda _: None) -> Realised:
+    """`build --env NAME`: environment NAME of the project's matrix, realised from PyPI (from its
+    lock when it has one) in the project's envs folder."""
+    from . import matrix as matrix_mod
+
+    project = project.resolve()
+    mx = matrix_mod.load(project)
+    if mx.default:
+        log(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
+    return realise(mx.get(name), envs_dir(project), log=log, log_dir=Layout.of(project).logs)
+
+
 def env_key(spec: EnvSpec, folder: Path) -> str | None:
     """The pins of a realised environment (and of its toolkit), None when not realised."""
     stamp = read_stamp(folder / spec.name)

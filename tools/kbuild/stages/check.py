@@ -115,9 +115,8 @@ def verify_build(plan, so: Path) -> None:
     if stamp.is_file() and stamp.read_text() == fingerprint:
         return
     lib_dirs = [Path(plan.torch.lib_dir)] + ([Path(plan.cuda.cudart).parent] if plan.cuda else [])
-    stable = Variant.parse(plan.name).framework == "torch-stable-abi"
     problems = unresolved_problems(so, lib_dirs)
-    problems += code_problems(so, plan.backend, plan.archs, stable)
+    problems += code_problems(so, plan.backend, plan.archs, plan.stable_abi is not None)
     if problems:
         code = problems[0].code
         hint, key = {

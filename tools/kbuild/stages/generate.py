@@ -127,7 +127,7 @@ def mentions_extension_name(files: list[Path]) -> bool:
 def torch_definitions(plan: VariantPlan) -> list[str]:
     defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}",
             plan.backend.kernel_define]
-    stable = frameworks.plan_stable_version(plan)
+    stable = plan.stable_abi
     if stable:
         defs.append(f"TORCH_TARGET_VERSION={frameworks.target_version_hex(stable)}")
     return defs

@@ -20,6 +20,7 @@ from .compile import compile_variant
 from .generate import generate
 from .loadcheck import check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
+from .toolchain import Toolkit
 from .torch_install import TorchInstall, read_torch_install
 
 Log = Callable[[str], None]
@@ -111,7 +112,8 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          warn: Log | None = None, on_step: OnStep | None = None) -> list[VariantPlan]:
+          toolkit: Toolkit = Toolkit(), warn: Log | None = None,
+          on_step: OnStep | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
@@ -120,13 +122,15 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     if on_step:
         on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
-    return [plan_variant(project, manifest, torch, b) for b in backends or default_backends(manifest, torch)]
+    return [plan_variant(project, manifest, torch, b, toolkit)
+            for b in backends or default_backends(manifest, torch)]
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          build_dir: Path | None = None, jobs: int | None = None,
+          toolkit: Toolkit = Toolkit(), build_dir: Path | None = None, jobs: int | None = None,
           warn: Log | None = None, on_step: OnStep | None = None,
           verify: bool = True) -> list[BuildResult]:
     build_dir = Layout.of(project, build_dir).build_dir
     return [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify)
-            for p in plans(project, backends=backends, python=python, warn=warn, on_step=on_step)]
+            for p in plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
+                           on_step=on_step)]

@@ -1,4 +1,4 @@
-"""Stage 2: manifest + environment → the plan of one variant (name, id, kernels, archs)."""
+"""Stage 2: manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..core.layout import MANIFEST, TORCH_EXT
 from ..core.manifest import Kernel, Manifest, inside
 from ..core.variant import Variant
 from . import frameworks
-from .toolchain import CudaToolkit, find_cuda
+from .toolchain import CudaToolkit, Toolkit, find_cuda
 from .torch_install import TorchInstall
 
 # Default capabilities by toolkit (kernel-builder's lists).
@@ -47,17 +47,22 @@ def variant_of(torch: TorchInstall, backend: Backend, cuda: Version | None = Non
 class VariantPlan:
     project: Path
     manifest: Manifest
-    backend: Backend
+    variant: Variant
     torch: TorchInstall | None  # the target interpreter's torch (None: noarch)
-    name: str
     uid: str
     git: GitState | None
     kernels: dict[str, Kernel] = field(default_factory=dict)
     cuda: CudaToolkit | None = None
     kernel_archs: dict[str, list[str]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "backend", Backend(self.backend))
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def backend(self) -> Backend:
+        assert self.variant.backend is not None  # only `torch-universal` has none; never planned
+        return self.variant.backend
 
     @property
     def module_name(self) -> str:
@@ -77,7 +82,12 @@ class VariantPlan:
 
     @property
     def compiled(self) -> bool:
-        return not self.manifest.is_noarch
+        return not self.variant.is_noarch
+
+    @property
+    def stable_abi(self) -> tuple[int, int] | None:
+        """The torch version a stable-ABI variant targets; None for a regular one."""
+        return self.variant.version if self.variant.framework == "torch-stable-abi" else None
 
 
 def listed_backend(manifest: Manifest, backend: Backend | str, project: Path) -> Backend:
@@ -162,7 +172,9 @@ def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> 
     return result
 
 
-def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend) -> VariantPlan:
+def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend,
+                 toolkit: Toolkit = Toolkit()) -> VariantPlan:
+    """`toolkit`: what the build environment provides (a realised matrix environment's CUDA)."""
     project = project.resolve()
     backend = listed_backend(manifest, backend, project)
     _check_buildable(manifest, backend, project)
@@ -172,16 +184,16 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
     cuda = None
     kernel_archs: dict[str, list[str]] = {}
     if backend == Backend.CUDA:
-        cuda = find_cuda(torch)
+        cuda = find_cuda(torch, toolkit)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
     kernels = variant_kernels(manifest, backend, cuda.version if cuda else None)
     if cuda:
         kernel_archs = cuda_archs(kernels, cuda, project)
-    name = variant_of(torch, backend, cuda.version if cuda else None).name
+    variant = variant_of(torch, backend, cuda.version if cuda else None)
     uid, git = build_uid(project, input_files(project, manifest))
-    plan = VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
-                       uid=uid, git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs)
+    plan = VariantPlan(project=project, manifest=manifest, variant=variant, torch=torch, uid=uid,
+                       git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs)
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 
@@ -193,5 +205,5 @@ def plan_noarch(project: Path, manifest: Manifest, backend: Backend) -> VariantP
     key = backend.needs.archs_key  # cuda-capabilities, rocm-archs
     declared = getattr(noarch, key) if key else None
     archs = {"noarch": list(declared)} if declared else {}
-    return VariantPlan(project=project, manifest=manifest, backend=backend, torch=None,
-                       name=Variant.noarch(backend).name, uid=uid, git=git, kernel_archs=archs)
+    return VariantPlan(project=project, manifest=manifest, variant=Variant.noarch(backend),
+                       torch=None, uid=uid, git=git, kernel_archs=archs)
