@@ -14,7 +14,7 @@ from typer.core import TyperCommand
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, METADATA, Layout
 from ..stages.toolchain import Toolkit
-from .app import ProjectArg, StepDisplay, app, keep_whole, note, out, table, warn
+from .app import ProjectArg, StepDisplay, app, err, keep_whole, note, out, table, warn
 
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
@@ -27,6 +27,11 @@ EnvOpt = Annotated[Optional[str], typer.Option(
 CudaHomeOpt = Annotated[Optional[Path], typer.Option(
     "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
                         "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
+SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
+CapsOpt = Annotated[Optional[str], typer.Option(
+    "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
+    "(comma-separated, e.g. 9.0) or `native` (the GPUs of this machine). Marked in metadata; "
+    "check, upload and to-wheel refuse to publish it.")]
 
 
 def target_python(python: str | None) -> str | None:
@@ -57,24 +62,33 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None,
-              toolkit: Toolkit = Toolkit()) -> list:
+              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
     from ..stages import pipeline
+    from ..stages.torch_install import local_capabilities
+    python = target_python(python)
+    local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
+    if local:
+        warn(f"a local build for CUDA capabilities {', '.join(local)} only: not publishable")
     with StepDisplay() as display:
-        results = pipeline.build(project, backends=backend, python=target_python(python),
-                                 toolkit=toolkit, build_dir=build_dir, jobs=jobs,
-                                 warn=warn, on_step=display)
+        results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
+                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
+                                 local_capabilities=local)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
                   highlight=False, soft_wrap=True)
+        if r.slowest and r.slowest[0][1] >= SLOW_STEP_S:
+            err.print("slowest steps: " + ", ".join(f"{src} {t:.1f}s" for src, t in r.slowest),
+                      highlight=False, markup=False, soft_wrap=True)
     return results
 
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
-          jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None) -> None:
+          jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
+          cuda_capabilities: CapsOpt = None) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
     if env:
@@ -83,7 +97,7 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
         from ..matrix.envs import realise_env
         real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"))
         python, cuda_home = str(real.python), cuda_home or real.cuda_home
-    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home))
+    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home), cuda_capabilities)
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
@@ -181,8 +195,8 @@ def update_build(project: ProjectArg = Path("."),
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-    for note in notes:
-        out.print(f"- {note}")
+    for line in notes:
+        out.print(f"- {line}")
     out.print(f"rewrote {path} (comments are not kept)")
 
 

@@ -44,10 +44,16 @@ class Environment(_Shape):
     toolkit_lock: str | None = Field(None, alias="toolkit-lock")
 
 
+class LocalBuild(_Shape):
+    """A build for the GPUs at hand only (`--cuda-capabilities`): never published."""
+    cuda_capabilities: list[str] = Field(alias="cuda-capabilities")
+
+
 class Provenance(_Shape):
     kernel_builder: BuilderGit = Field(alias="kernel-builder")
     kernel: KernelGit | None = None
     environment: Environment | None = None
+    local_build: LocalBuild | None = Field(None, alias="local-build")
 
 
 class BackendInfo(_Shape):

@@ -13,8 +13,8 @@ from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
-from ..core.metadata import (BackendInfo, BuilderGit, Digest, Environment, KernelGit, Provenance,
-                             VariantMetadata)
+from ..core.metadata import (BackendInfo, BuilderGit, Digest, Environment, KernelGit, LocalBuild,
+                             Provenance, VariantMetadata)
 from .plan import VariantPlan
 
 
@@ -28,7 +28,10 @@ def provenance(plan: VariantPlan) -> Provenance:
         kernel_builder=builder,
         **({"kernel": KernelGit(commit=plan.git.commit, dirty=plan.git.dirty)} if plan.git else {}),
         # a matrix environment: its name and the hashes of the locks it was realised from
-        **({"environment": Environment.model_validate(env)} if env else {}))
+        **({"environment": Environment.model_validate(env)} if env else {}),
+        # --cuda-capabilities: never published (check refuses it)
+        **({"local_build": LocalBuild(cuda_capabilities=list(plan.local_capabilities))}
+           if plan.local_capabilities else {}))
 
 
 def metadata(plan: VariantPlan, variant: Path) -> VariantMetadata:

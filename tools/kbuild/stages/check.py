@@ -159,6 +159,12 @@ def metadata_problems(built: BuiltVariant) -> list[Problem]:
         if commit is not None and not HEX_COMMIT.match(commit):
             problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
                                                               f"{commit!r} is not a full hex id"))
+    local = prov.local_build if prov else None
+    if local:
+        caps = ", ".join(local.cuda_capabilities) or "this machine"
+        problems.append(Problem("metadata.local-build", f"metadata.json: a local build for CUDA "
+                                f"capabilities {caps} only (--cuda-capabilities); build without "
+                                "it to publish"))
     compiled = parsed is None or not parsed.is_noarch
     if compiled and meta.backend.type.needs.archs_key and not meta.backend.archs:
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -62,13 +63,36 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     return args
 
 
+SLOWEST = 3  # steps named after a build
 # (phase, line): phase "configure" or "build"; line "" when the phase starts, then each output line.
 Progress = Callable[[str, str], None]
 
 
+@dataclass(frozen=True)
+class Compiled:
+    so: Path
+    slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
+
+
+def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
+    """The steps Ninja logged after byte `since` of .ninja_log, as (output, seconds)."""
+    log = build / ".ninja_log"
+    if not log.is_file():
+        return []
+    with log.open("rb") as f:
+        f.seek(since)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    steps = {}
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
+            steps[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000
+    return sorted(steps.items(), key=lambda kv: -kv[1])
+
+
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
-                    progress: Progress | None = None) -> Path:
-    """Configures (once) and builds; returns the path of the built `.so`."""
+                    progress: Progress | None = None) -> Compiled:
+    """Configures (once) and builds; returns the built `.so` and this run's slowest steps."""
     def phase(name: str):
         if progress is None:
             return None
@@ -89,8 +113,10 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     cmd = [_tool("cmake"), "--build", str(build)]
     if jobs:
         cmd += ["--parallel", str(jobs)]
+    ninja_log = build / ".ninja_log"
+    since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")
-    return so
+    return Compiled(so, ninja_steps(build, since)[:SLOWEST])

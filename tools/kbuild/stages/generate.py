@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+from packaging.version import Version
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
@@ -30,6 +33,11 @@ _UNSAFE = re.compile(r"[;\x00-\x1f\x7f]|\$<")
 # nvcc is limited to characters the shell leaves alone.
 _NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
 _IDENT = re.compile(r"^[A-Za-z0-9_]+$")
+# As upstream: C++20 for C++ sources (its extension target), nvcc's own default for CUDA ones.
+CXX_STD = 20
+# torch's nvcc flags as upstream gets them (find_package(Torch) and COMMON_NVCC_FLAGS without the
+# __CUDA_NO_HALF*/BFLOAT16 defines), for every CUDA source.
+CUDA_COMMON_FLAGS = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8")
 
 
 def template(name: str) -> str:
@@ -124,13 +132,69 @@ def mentions_extension_name(files: list[Path]) -> bool:
     return any(f.is_file() and EXTENSION_NAME.search(f.read_bytes()) for f in files)
 
 
+def backend_definitions(plan: VariantPlan) -> list[str]:
+    """What upstream defines for every source of a variant: `<BACKEND>_KERNEL`, and `USE_CUDA=1`
+    for CUDA (its preamble.cmake)."""
+    return [plan.backend.kernel_define] + (["USE_CUDA=1"] if plan.backend == Backend.CUDA else [])
+
+
 def torch_definitions(plan: VariantPlan) -> list[str]:
-    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}",
-            plan.backend.kernel_define]
+    defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}"]
     stable = plan.stable_abi
     if stable:
         defs.append(f"TORCH_TARGET_VERSION={frameworks.target_version_hex(stable)}")
     return defs
+
+
+@dataclass
+class CompileUnit:
+    """One object library: a kernel's own compiled sources, or sources that several kernels of
+    the variant list (compiled once, for all their capabilities, as upstream does)."""
+    name: str
+    kernels: list[str]
+    files: list[Path]
+    includes: list[str] = field(default_factory=list)
+    cxx_flags: list[str] = field(default_factory=list)
+    cuda_flags: list[str] = field(default_factory=list)
+    archs: list[str] = field(default_factory=list)
+    uses_torch: bool = False
+
+
+def _merged(lists) -> list[str]:
+    return list(dict.fromkeys(v for values in lists for v in values))
+
+
+def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[CompileUnit]:
+    """The variant's kernels as object libraries: a compiled file listed by several kernels goes
+    into one shared unit (merged includes and flags, the union of capabilities); headers stay
+    with every kernel that lists them."""
+    project = plan.project
+    owners: dict[Path, list[str]] = {}
+    for name, kernel in plan.kernels.items():
+        for s in kernel.src:
+            f = project / s
+            if f.suffix in COMPILED_SUFFIXES and name not in owners.setdefault(f, []):
+                owners[f].append(name)
+    units = []
+    for name, kernel in plan.kernels.items():
+        files = [project / s for s in kernel.src if len(owners.get(project / s, [name])) == 1]
+        units.append(CompileUnit(name, [name], files, includes[name], list(kernel.cxx_flags),
+                                 list(kernel.cuda_flags), plan.kernel_archs.get(name, []),
+                                 "torch" in kernel.depends))
+    shared: dict[tuple[str, ...], list[Path]] = {}
+    for f, names in owners.items():
+        if len(names) > 1:
+            shared.setdefault(tuple(names), []).append(f)
+    for names, files in shared.items():
+        ks = [plan.kernels[n] for n in names]
+        archs = sorted(set(_merged(plan.kernel_archs.get(n, []) for n in names)),
+                       key=lambda c: (Version(c.split("+")[0].rstrip("af")), c))
+        headers = [plan.project / s for k in ks for s in k.src if (plan.project / s) not in owners]
+        units.append(CompileUnit("+".join(names), list(names), files + list(dict.fromkeys(headers)),
+                                 _merged(includes[n] for n in names),
+                                 _merged(k.cxx_flags for k in ks), _merged(k.cuda_flags for k in ks),
+                                 archs, any("torch" in k.depends for k in ks)))
+    return units
 
 
 def plan_cmake(plan: VariantPlan) -> str:
@@ -140,45 +204,49 @@ def plan_cmake(plan: VariantPlan) -> str:
     all_dep_includes = list(dict.fromkeys(d for dirs in dep_includes.values() for d in dirs))
     torch_includes = list(torch.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
     toolkit = [str(plan.cuda.root)] if plan.cuda else []
+    # As upstream, the project's csrc/ is on every source's include path.
+    common_includes = [str(project / "csrc")] if (project / "csrc").is_dir() else []
     v = _Values(project)
     v.set("KB_ID", plan.kernel_id)
     v.set("KB_BACKEND", plan.backend)
     v.set("KB_PROJECT_DIR", str(project))
     v.set("KB_PREFIX_MAP_DIRS", [torch.site_packages] + toolkit + dep_dirs)
     v.set("KB_TOOLKIT_DIRS", toolkit + dep_dirs)
-    v.set("KB_CXX_STD", str(torch.cxx_std))
+    v.set("KB_CXX_STD", str(CXX_STD))
     v.set("KB_TORCH_INCLUDES", torch_includes)
     v.set("KB_PYTHON_INCLUDE", torch.python_include)
     v.set("KB_TORCH_LIBS", torch_libs(plan))
+    v.set("KB_BACKEND_DEFINITIONS", backend_definitions(plan))
     v.set("KB_TORCH_DEFINITIONS", torch_definitions(plan))
+    v.set("KB_CUDA_COMMON_FLAGS", list(CUDA_COMMON_FLAGS) if plan.cuda else [])
     v.set("KB_BINDING_SOURCES", [str(project / s) for s in torch_cfg.src], "torch.src")
-    v.set("KB_BINDING_INCLUDES", [str(project / d) for d in torch_cfg.include] + all_dep_includes,
-          "torch.include")
+    v.set("KB_BINDING_INCLUDES", [str(project / d) for d in torch_cfg.include] + common_includes
+          + all_dep_includes, "torch.include")
     v.set("KB_BINDING_CXX_FLAGS", list(torch_cfg.cxx_flags), "torch.cxx-flags")
-    idents = {name: cmake_ident(name) for name in plan.kernels}
-    v.set("KB_KERNELS", list(idents.values()))
+    includes = {}
     for name, kernel in plan.kernels.items():
-        p, k = f"KB_KERNEL_{idents[name]}_", f"kernel.{name}"
-        uses_torch = "torch" in kernel.depends
-        files = [project / s for s in kernel.src]
-        compiled = [str(f) for f in files if f.suffix in COMPILED_SUFFIXES]
-        v.set(p + "SOURCES", [str(f) for f in files], f"{k}.src")
+        includes[name] = ([str(project / d) for d in kernel.include] + common_includes
+                          + dep_includes.get(name, []))
+        if plan.cuda and kernel.backend == Backend.CUDA:
+            includes[name] += plan.cuda.include_dirs
+            env_dirs = ([torch.site_packages, torch.python_include, *torch_includes]
+                        if "torch" in kernel.depends else [])
+            check_cuda_kernel(plan, name, kernel, includes[name] + toolkit + dep_dirs + env_dirs)
+    units = compile_units(plan, includes)
+    idents = [cmake_ident(u.name) for u in units]
+    v.set("KB_KERNELS", idents)
+    for ident, unit in zip(idents, units):
+        p, k = f"KB_KERNEL_{ident}_", f"kernel.{unit.kernels[0]}"
+        compiled = [str(f) for f in unit.files if f.suffix in COMPILED_SUFFIXES]
+        v.set(p + "SOURCES", [str(f) for f in unit.files], f"{k}.src")
         v.set(p + "CXX_SOURCES", [s for s in compiled if not s.endswith(CUDA_SUFFIXES)], f"{k}.src")
         v.set(p + "CUDA_SOURCES", [s for s in compiled if s.endswith(CUDA_SUFFIXES)], f"{k}.src")
-        includes = [str(project / d) for d in kernel.include] + dep_includes.get(name, [])
-        if plan.cuda and kernel.backend == Backend.CUDA:
-            includes += plan.cuda.include_dirs
-            env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
-            check_cuda_kernel(plan, name, kernel, includes + toolkit + dep_dirs + env_dirs)
-        v.set(p + "INCLUDES", includes, f"{k}.include")
-        v.set(p + "USES_TORCH", "ON" if uses_torch else "OFF")
-        v.set(p + "EXTENSION_NAME", "ON" if mentions_extension_name(files) else "OFF")
-        # Torch-free kernels use C++17 so their objects do not depend on the torch version.
-        v.set(p + "CXX_STD", str(torch.cxx_std if uses_torch else 17))
-        v.set(p + "CXX_FLAGS", list(kernel.cxx_flags), f"{k}.cxx-flags")
-        v.set(p + "CUDA_FLAGS", list(kernel.cuda_flags), f"{k}.cuda-flags")
-        v.set(p + "ARCHS", [cmake_arch(c) for c in plan.kernel_archs.get(name, [])],
-              f"{k}.cuda-capabilities")
+        v.set(p + "INCLUDES", unit.includes, f"{k}.include")
+        v.set(p + "USES_TORCH", "ON" if unit.uses_torch else "OFF")
+        v.set(p + "EXTENSION_NAME", "ON" if mentions_extension_name(unit.files) else "OFF")
+        v.set(p + "CXX_FLAGS", unit.cxx_flags, f"{k}.cxx-flags")
+        v.set(p + "CUDA_FLAGS", unit.cuda_flags, f"{k}.cuda-flags")
+        v.set(p + "ARCHS", [cmake_arch(c) for c in unit.archs], f"{k}.cuda-capabilities")
     return template("plan.cmake.in").replace("@VARIANT@", plan.name).replace("@BODY@", "\n".join(v.lines))
 
 

@@ -33,6 +33,7 @@ class BuildResult:
     kernel_id: str
     changed: bool
     seconds: float
+    slowest: tuple[tuple[str, float], ...] = ()  # this run's longest compile steps (source, s)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,15 @@ def ninja_file(description: str, project: Path) -> str:
         return description.replace("Linking CXX shared module", "linking").strip()
     path = "/" + m.group(1)
     root = str(project).rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else m.group(1)
+
+
+def step_source(output: str, project: Path) -> str:
+    """A Ninja output (`CMakeFiles/t.dir/<abs path>.o`, the module) → what a user recognises."""
+    m = re.match(r"^CMakeFiles/[^/]+\.dir/(.+)\.o$", output)
+    if not m:
+        return output
+    path, root = "/" + m.group(1), str(project).rstrip("/") + "/"
     return path[len(root):] if path.startswith(root) else m.group(1)
 
 
@@ -92,9 +102,12 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
     with locked(Layout.of(plan.project).variant_work(plan.name).with_suffix(".lock")):
         step(Step(plan.name, "generate"))
         work = generate(plan)
-        so = None
+        so, slowest = None, ()
         if plan.compiled:
-            so = compile_variant(plan, work, jobs, _compile_progress(plan, step) if on_step else None)
+            compiled = compile_variant(plan, work, jobs,
+                                       _compile_progress(plan, step) if on_step else None)
+            so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
+                                             for o, t in compiled.slowest)
             verify_build(plan, so)
         step(Step(plan.name, "assemble"))
         staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
@@ -108,12 +121,12 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
             if staged.exists():
                 shutil.rmtree(staged, ignore_errors=True)
     return BuildResult(plan.name, build_dir / plan.name, plan.kernel_id, changed,
-                       time.monotonic() - start)
+                       time.monotonic() - start, slowest)
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          toolkit: Toolkit = Toolkit(), warn: Log | None = None,
-          on_step: OnStep | None = None) -> list[VariantPlan]:
+          toolkit: Toolkit = Toolkit(), warn: Log | None = None, on_step: OnStep | None = None,
+          local_capabilities: list[str] | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
@@ -122,15 +135,16 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     if on_step:
         on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
-    return [plan_variant(project, manifest, torch, b, toolkit)
+    return [plan_variant(project, manifest, torch, b, toolkit=toolkit,
+                         local_capabilities=local_capabilities)
             for b in backends or default_backends(manifest, torch)]
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           toolkit: Toolkit = Toolkit(), build_dir: Path | None = None, jobs: int | None = None,
           warn: Log | None = None, on_step: OnStep | None = None,
-          verify: bool = True) -> list[BuildResult]:
+          verify: bool = True, local_capabilities: list[str] | None = None) -> list[BuildResult]:
     build_dir = Layout.of(project, build_dir).build_dir
     return [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify)
             for p in plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
-                           on_step=on_step)]
+                           on_step=on_step, local_capabilities=local_capabilities)]

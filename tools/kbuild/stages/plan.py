@@ -54,6 +54,7 @@ class VariantPlan:
     kernels: dict[str, Kernel] = field(default_factory=dict)
     cuda: CudaToolkit | None = None
     kernel_archs: dict[str, list[str]] = field(default_factory=dict)
+    local_capabilities: tuple[str, ...] | None = None  # a build for this machine's GPU only
 
     @property
     def name(self) -> str:
@@ -153,28 +154,84 @@ def variant_kernels(manifest: Manifest, backend: Backend, cuda: Version | None) 
             if k.backend != Backend.CUDA or k.in_cuda_range(toolkit)}
 
 
-def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path) -> dict[str, list[str]]:
-    supported = set(cuda.supported_archs)
+def _cap_version(cap: str) -> Version:
+    return Version(cap.split("+")[0].rstrip("af"))
+
+
+def _base(cap: str) -> str:
+    return cap.split("+")[0]
+
+
+def loose_intersection(wanted: list[str], targets: list[str]) -> list[str]:
+    """Upstream's rule for a kernel's capabilities on a list of target archs: for each target,
+    the highest wanted capability of the same major at or below it (a `+PTX` one may be of an
+    older major: its PTX runs forward); `9.0a`/`10.0f` are kept where their base is a target."""
+    ptx = {_base(c) for c in wanted if c.endswith("+PTX")}
+    plain = sorted({_base(c) for c in wanted}, key=_cap_version)
+    out: list[str] = []
+    rest = list(targets)
+    for cap in [c for c in plain if c[-1] in "af"]:
+        plain.remove(cap)
+        if cap[:-1] in rest:
+            rest.remove(cap[:-1])
+            out.append(cap)
+    for target in rest:
+        best = None
+        for cap in plain:
+            if _cap_version(cap) > _cap_version(target):
+                break
+            if cap in ptx or _cap_version(cap).major == _cap_version(target).major:
+                best = cap
+        if best and best not in out:
+            out.append(best)
+    return sorted((c + "+PTX" if c in ptx else c for c in out), key=lambda c: (_cap_version(c), c))
+
+
+def capability_targets(cuda: CudaToolkit, local: list[str] | None) -> tuple[list[str], list[str]]:
+    """(target archs for the intersection, archs of kernels that declare none): the toolkit's
+    defaults, or only the local GPU's capabilities for a local build."""
+    if local:
+        return [_base(c) for c in local], list(local)
     defaults = default_capabilities(cuda.version)
+    return [_base(c) for c in defaults], defaults
+
+
+def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
+               local: list[str] | None = None) -> dict[str, list[str]]:
+    supported = set(cuda.supported_archs)
+    targets, fallback = capability_targets(cuda, local)
+    for cap in local or []:
+        if _base(cap) not in supported and _base(cap).rstrip("af") not in supported:
+            raise BuildError(f"nvcc {cuda.version} cannot compile for capability {cap}",
+                             hint="pass --cuda-capabilities with capabilities this toolkit supports: "
+                                  + ", ".join(sorted(supported, key=lambda s: Version(s.rstrip("af")))))
     result = {}
     for name, kernel in kernels.items():
         if kernel.backend != Backend.CUDA:
             continue
-        wanted = kernel.cuda_capabilities or defaults
-        kept = [c for c in wanted if c.split("+")[0].rstrip("af") in supported]
+        if not kernel.cuda_capabilities:
+            result[name] = list(fallback)
+            continue
+        kept = [c for c in loose_intersection(list(kernel.cuda_capabilities), targets)
+                if _base(c).rstrip("af") in supported or _base(c) in supported]
         if not kept:
+            what = (f"this build's capabilities ({', '.join(local)})" if local else
+                    f"nvcc {cuda.version}'s targets ({', '.join(targets)})")
             raise BuildError(
-                f"none of the capabilities {wanted} is supported by nvcc {cuda.version} "
-                f"(supports {', '.join(sorted(supported, key=lambda s: Version(s.rstrip('af'))))})",
+                f"none of the capabilities {list(kernel.cuda_capabilities)} matches {what}",
                 file=project / MANIFEST, key=f"kernel.{name}.cuda-capabilities",
-                hint="list at least one capability this toolkit can compile for")
+                hint="list a capability of the same major at or below one of those targets"
+                     + (", or build without --cuda-capabilities" if local else ""))
         result[name] = kept
     return result
 
 
-def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend,
-                 toolkit: Toolkit = Toolkit()) -> VariantPlan:
-    """`toolkit`: what the build environment provides (a realised matrix environment's CUDA)."""
+def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend, *,
+                 toolkit: Toolkit = Toolkit(),
+                 local_capabilities: list[str] | None = None) -> VariantPlan:
+    """`toolkit`: what the build environment provides (a realised matrix environment's CUDA).
+    `local_capabilities`: compile CUDA kernels only for these (a build for the GPU at hand,
+    recorded in metadata so it is never published)."""
     project = project.resolve()
     backend = listed_backend(manifest, backend, project)
     _check_buildable(manifest, backend, project)
@@ -189,11 +246,13 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
                       what="CUDA", key="general.cuda", project=project)
     kernels = variant_kernels(manifest, backend, cuda.version if cuda else None)
     if cuda:
-        kernel_archs = cuda_archs(kernels, cuda, project)
+        kernel_archs = cuda_archs(kernels, cuda, project, local_capabilities)
     variant = variant_of(torch, backend, cuda.version if cuda else None)
     uid, git = build_uid(project, input_files(project, manifest))
     plan = VariantPlan(project=project, manifest=manifest, variant=variant, torch=torch, uid=uid,
-                       git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs)
+                       git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs,
+                       local_capabilities=tuple(local_capabilities) if cuda and local_capabilities
+                       else None)
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass
@@ -95,3 +96,28 @@ def read_torch_install(python: str | None = None, *, cache_file: Path | None = N
         tmp.write_text(json.dumps(cache, indent=1))
         os.replace(tmp, cache_file)
     return env
+
+
+_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}[af]?$")
+_GPU_QUERY = ("import torch\n"
+              "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+              "print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) for i in range(n)))")
+
+
+def local_capabilities(value: str, python: str | None) -> list[str]:
+    """`--cuda-capabilities`: a comma-separated list, or `native` (the GPUs the target
+    interpreter's torch sees)."""
+    if value.strip() == "native":
+        proc = capture([python or sys.executable, "-c", _GPU_QUERY], timeout=120)
+        caps = sorted(set(proc.stdout.split())) if proc.returncode == 0 else []
+        if not caps:
+            raise BuildError("--cuda-capabilities native: no CUDA GPU is visible to "
+                             f"{python or sys.executable}",
+                             hint="name the capabilities instead, e.g. --cuda-capabilities 9.0")
+        return caps
+    caps = [c.strip() for c in value.split(",") if c.strip()]
+    bad = [c for c in caps if not _CAPABILITY.match(c)]
+    if bad or not caps:
+        raise BuildError(f"--cuda-capabilities {value!r}: {', '.join(bad) or 'nothing'} is not a "
+                         "CUDA capability", hint="write them like 8.0,9.0 (or 9.0a), or `native`")
+    return list(dict.fromkeys(caps))

@@ -95,11 +95,11 @@ def test_extension_name_is_the_build_id_for_the_binding_and_kernels_that_name_it
                "csrc/named.h": "const char* n = STRINGIFY(TORCH_EXTENSION_NAME);\n"})
     got = read_back(generate.plan_cmake(plan_of(project)), tmp_path,
                     ["KB_KERNEL_plain_EXTENSION_NAME", "KB_KERNEL_named_EXTENSION_NAME",
-                     "KB_KERNEL_named_CXX_SOURCES", "KB_KERNEL_named_CXX_STD"])
+                     "KB_KERNEL_named_CXX_SOURCES", "KB_CXX_STD"])
     assert got["KB_KERNEL_plain_EXTENSION_NAME"] == ["OFF"]
     assert got["KB_KERNEL_named_EXTENSION_NAME"] == ["ON"]
     assert got["KB_KERNEL_named_CXX_SOURCES"] == [str(project.resolve() / "csrc/named.cpp")]
-    assert got["KB_KERNEL_named_CXX_STD"] == ["20"]
+    assert got["KB_CXX_STD"] == ["20"]  # C++20 for every C++ source, as upstream
     cmakelists = generate.template("CMakeLists.txt")
     assert 'COMPILE_DEFINITIONS "TORCH_EXTENSION_NAME=${KB_ID}"' in cmakelists
     assert "kb_extension" not in cmakelists and "-fno-gnu-unique" in cmakelists
@@ -135,9 +135,10 @@ def test_cutlass_headers_are_included_and_mapped_away(tmp_path, monkeypatch):
                     ["KB_KERNEL_gemm_INCLUDES", "KB_KERNEL_other_INCLUDES", "KB_BINDING_INCLUDES",
                      "KB_PREFIX_MAP_DIRS", "KB_TOOLKIT_DIRS"])
     headers = [str(tree.resolve() / "include"), str(tree.resolve() / "tools" / "util" / "include")]
-    assert got["KB_KERNEL_gemm_INCLUDES"] == headers
-    assert got["KB_KERNEL_other_INCLUDES"] == []
-    assert got["KB_BINDING_INCLUDES"] == headers
+    csrc = [str(project.resolve() / "csrc")]  # on every source's include path, as upstream
+    assert got["KB_KERNEL_gemm_INCLUDES"] == csrc + headers
+    assert got["KB_KERNEL_other_INCLUDES"] == csrc
+    assert got["KB_BINDING_INCLUDES"] == csrc + headers
     assert str(tree.resolve()) in got["KB_PREFIX_MAP_DIRS"] and got["KB_TOOLKIT_DIRS"] == [str(tree.resolve())]
 
 

@@ -63,7 +63,7 @@ CASES = [
     ("missing-name", edit('name = "img2gray"\n', ""), "general.name", ["missing"]),
     ("negative-version", edit("version = 1", "version = -1"), "general.version", []),
     ("missing-source", edit('"csrc/img2gray_cpu.cpp"', '"csrc/nope.cpp"'), "kernel.img2gray_cpu.src", ["nope.cpp", "does not exist"]),
-    ("duplicated-source", edit('src = ["csrc/img2gray_cpu.cpp"', 'src = ["csrc/img2gray_cpu.cpp", "csrc/img2gray_cpu.cpp"'), "kernel.img2gray_cpu.src", ["compiled twice", "listed twice"]),
+    ("duplicated-source", edit('src = ["csrc/img2gray_cpu.cpp"', 'src = ["csrc/img2gray_cpu.cpp", "csrc/img2gray_cpu.cpp"'), "kernel.img2gray_cpu.src", ["listed twice"]),
     ("parent-escape", edit('"csrc/img2gray_cpu.cpp"', '"../img2gray_cpu.cpp"'), "kernel.img2gray_cpu.src", ["outside the project"]),
     ("absolute-path", edit('"csrc/img2gray_cpu.cpp"', '"/etc/hostname"'), "kernel.img2gray_cpu.src", ["absolute path"]),
     ("symlink-out", symlink_out, "kernel.img2gray_cpu.src", ["outside the project"]),

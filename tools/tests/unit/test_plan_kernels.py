@@ -34,10 +34,10 @@ SM100_FILES = BINDING + ("csrc/base.cu", "csrc/sm100.cu", "csrc/legacy.cu", "csr
 def test_kernels_outside_their_cuda_range_are_left_out(tmp_path, monkeypatch):
     root = make_project(tmp_path, SM100, files=SM100_FILES)
     old = cuda_plan(root, monkeypatch, "12.6", ARCHS_126)
-    assert set(old.kernels) == {"base", "legacy", "host"}
+    assert set(old.kernels) == {"base", "legacy"}  # the cpu kernel: cpu variant only
     assert set(old.kernel_archs) == {"base", "legacy"}
     new = cuda_plan(root, monkeypatch, "13.0", ARCHS_130)
-    assert set(new.kernels) == {"base", "blackwell", "host"}
+    assert set(new.kernels) == {"base", "blackwell"}
     assert new.kernel_archs["blackwell"] == ["10.0a"] and "10.0a" in new.archs
 
 

@@ -369,5 +369,6 @@ class Manifest(Model):
         return abi.get(backend) if isinstance(abi, dict) else abi
 
     def kernels_for(self, backend: Backend) -> dict[str, Kernel]:
-        """Kernels linked into a variant: its backend's kernels, plus CPU kernels on every host."""
-        return {n: k for n, k in self.kernel.items() if k.backend in (backend, Backend.CPU)}
+        """Kernels compiled into a variant: its backend's own (as upstream; a CPU kernel is part
+        of the `cpu` variant only)."""
+        return {n: k for n, k in self.kernel.items() if k.backend == backend}

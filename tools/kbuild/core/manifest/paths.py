@@ -1,10 +1,10 @@
 """The manifest's paths: each source inside the project, and no source compiled twice into a variant.
 
-What one variant compiles: the binding's sources ([torch] or [tvm-ffi] `src`), the kernels of
-the variant's backend, and the CPU kernels (this builder links CPU kernels into every compiled
-variant, so CUDA variants also run on CPU tensors). A compiled file (.cpp, .cu, …) may appear in
-several kernel sections as long as no variant gets it twice, e.g. a `.cu` shared by a cuda and a
-rocm kernel; headers (.h .hh .hpp .cuh .inc, …) may be shared freely.
+What one variant compiles: the binding's sources ([torch] or [tvm-ffi] `src`) and the kernels of
+the variant's backend (as upstream: a `cpu` kernel is part of the `cpu` variant only). A compiled
+file (.cpp, .cu, …) may appear in several kernel sections, also of one backend: there it is
+compiled once, for all those kernels' capabilities. It may not be both a binding source and a
+kernel source, nor be listed twice in one section; headers (.h .cuh .inc, …) may be shared freely.
 """
 
 from __future__ import annotations
@@ -64,25 +64,23 @@ def _groups(manifest: Manifest) -> list[tuple[str, list[str], str]]:
 
 
 def _check_compiled_once(manifest: Manifest, sources: dict[str, list[Path]], path: Path) -> None:
-    backends = {k.backend for k in manifest.kernel.values()} | set(manifest.general.backends)
     binding = "torch.src" if manifest.torch else "tvm-ffi.src"
-    for backend in sorted(backends):
-        keys = [binding] + [f"kernel.{n}.src" for n in manifest.kernels_for(backend)]
-        owner: dict[Path, str] = {}
-        for key in keys:
-            for resolved in sources.get(key, []):
-                if not compiled(resolved):
-                    continue
-                if resolved in owner:
-                    rel = resolved.relative_to(path.parent).as_posix()
-                    where = ("listed twice" if owner[resolved] == key
-                             else f"also in `{owner[resolved]}`")
-                    raise BuildError(f"{rel!r} would be compiled twice into the {backend} variant "
-                                     f"({where})", file=path, key=key,
-                                     hint="list each compiled source once per backend (CPU "
-                                          "kernels are part of every variant); headers may be "
-                                          "shared")
-                owner[resolved] = key
+    in_binding = {f for f in sources.get(binding, []) if compiled(f)}
+    for key, files in sources.items():
+        seen: set[Path] = set()
+        for resolved in files:
+            if not compiled(resolved):
+                continue
+            rel = resolved.relative_to(path.parent).as_posix()
+            if resolved in seen:
+                raise BuildError(f"{rel!r} is listed twice", file=path, key=key,
+                                 hint="list each source once")
+            seen.add(resolved)
+            if key != binding and resolved in in_binding:
+                raise BuildError(f"{rel!r} would be compiled twice into a variant (also in "
+                                 f"`{binding}`)", file=path, key=key,
+                                 hint="compile it either in the binding or in kernels, not both; "
+                                      "headers may be shared")
 
 
 def check_paths(manifest: Manifest, project: Path, path: Path) -> None:

@@ -1,0 +1,3 @@
+from .torch_library_op import mutating_op
+
+__all__ = ["mutating_op"]

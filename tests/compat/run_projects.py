@@ -1,0 +1,302 @@
+"""Build a folder of kernel-builder projects with kbuild and run each one's own tests against
+its build, the way a kernel author who switches builders would.
+
+    python tests/compat/run_projects.py PROJECTS [NAME ...] [--env ENV] [--cuda-capabilities C]
+        [--parallel N] [--check] [--no-tests] [--expected FILE] [--work DIR] [--out DIR]
+
+Each project (a folder of PROJECTS with a build.toml) is copied into --work and built with
+`kbuild build` for this interpreter's torch, or for the matrix environment --env (realised from
+PyPI, e.g. torch214-cu130 on a machine without a GPU). Its tests then run with pytest in the
+project folder, seeing the build both ways upstream's tests load it: `LOCAL_KERNELS` maps the
+manifest's `general.hub.repo-id` to the project (for `kernels.get_kernel` callers), and a folder
+on `PYTHONPATH` holds the variant under its module name (for `import <module>` callers).
+
+Outcomes: build `built`, `refused` (kbuild's one-line reason), `compile-error` (the first
+compiler error), `timeout`; tests `passed`, `failed`, `no-tests`, `not-run` (no GPU, or
+--no-tests); a test module that cannot import a third-party package is reported as a missing
+test dependency, not as a failure. With --expected (default: community.toml beside this file,
+when it names the project) each result is compared with the expected one; the exit status is 1
+when any differs. Tests run with this interpreter's torch: not for --env builds (check them
+with --check instead), and for a CUDA build only where a GPU is visible. Results: DIR/projects.json and DIR/projects.md (--out, default --work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+EXPECTED = HERE / "community.toml"
+MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+COMPILER_ERROR = re.compile(r"(error:|error \(|fatal error|multiple definition|undefined reference"
+                            r"|#error|FAILED:)", re.I)
+
+
+@dataclass
+class Result:
+    project: str
+    build: str = "not-run"
+    detail: str = ""
+    variant: str = ""
+    build_seconds: float = 0.0
+    slowest: str = ""
+    tests: str = "not-run"
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    missing_deps: list[str] = field(default_factory=list)
+    check: str = ""
+    expected: str = ""
+    verdict: str = ""
+
+
+def run(cmd: list[str], log: Path, *, cwd: Path | None = None, env: dict | None = None,
+        timeout: float) -> int:
+    with log.open("a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        try:
+            return subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                  env={**os.environ, **(env or {})}).returncode
+        except subprocess.TimeoutExpired:
+            f.write(f"timed out after {timeout:.0f}s\n")
+            return 124
+
+
+def first_compiler_error(text: str) -> str:
+    for line in text.splitlines():
+        if COMPILER_ERROR.search(line) and "warning" not in line.lower():
+            return line.strip()[:300]
+    return ""
+
+
+def kbuild_error(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    return lines[-1].removeprefix("error:").strip()[:400] if lines else ""
+
+
+def build(project: Path, res: Result, args, log: Path, jobs: int | None) -> None:
+    cmd = [sys.executable, "-m", "kbuild", "build", str(project)]
+    if args.env:
+        cmd += ["--env", args.env]
+    if args.cuda_capabilities:
+        cmd += ["--cuda-capabilities", args.cuda_capabilities]
+    if jobs:
+        cmd += ["--jobs", str(jobs)]
+    start = time.monotonic()
+    code = run(cmd, log, timeout=args.timeout)
+    res.build_seconds = round(time.monotonic() - start, 1)
+    text = log.read_text(errors="replace")
+    m = re.search(r"^slowest steps: (.*)$", text, re.M)
+    res.slowest = m.group(1) if m else ""
+    if code == 0:
+        res.build = "built"
+        built = re.findall(r"(?:built|up to date) (\S+) \(", text)
+        res.variant = built[-1] if built else ""
+    elif code == 124:
+        res.build, res.detail = "timeout", f"still compiling after {args.timeout:.0f}s"
+    elif code == 2 and "Traceback" not in text and not first_compiler_error(kbuild_log(project)):
+        res.build, res.detail = "refused", kbuild_error(text)
+    else:
+        res.build = "compile-error"
+        res.detail = first_compiler_error(kbuild_log(project)) or kbuild_error(text) \
+            or text.strip().splitlines()[-1][:300]
+
+
+def kbuild_log(project: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in project.glob(".kbuild/*/build.log"))
+
+
+def manifest(project: Path) -> dict:
+    return tomllib.loads((project / "build.toml").read_text())
+
+
+def test_env(project: Path, variant: str, work: Path) -> dict:
+    general = manifest(project)["general"]
+    module = general["name"].replace("-", "_")
+    repo_id = general.get("hub", {}).get("repo-id") or f"kernels-community/{general['name']}"
+    shim = work / f"{project.name}.import"
+    shutil.rmtree(shim, ignore_errors=True)
+    shim.mkdir()
+    (shim / module).symlink_to(project / "build" / variant, target_is_directory=True)
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH", "")) if p)
+    return {"LOCAL_KERNELS": f"{repo_id}={project}", "PYTHONPATH": path}
+
+
+def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
+    tests = project / "tests"
+    if not tests.is_dir():
+        res.tests = "no-tests"
+        return
+    junit = work / f"{project.name}.junit.xml"
+    junit.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+           "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", "tests"]
+    code = run(cmd, log, cwd=project, env=test_env(project, res.variant, work),
+               timeout=args.test_timeout)
+    if code == 124:
+        res.tests, res.detail = "timeout", f"tests still running after {args.test_timeout:.0f}s"
+        return
+    if not junit.is_file():
+        res.tests, res.detail = "failed", f"pytest exited {code} without a report"
+        return
+    module = manifest(project)["general"]["name"].replace("-", "_")
+    missing: set[str] = set()
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            res.passed += 1
+        elif outcome.tag == "skipped":
+            res.skipped += 1
+        else:
+            text = (outcome.get("message") or "") + (outcome.text or "")
+            dep = MISSING_MODULE.search(text)
+            if dep and dep.group(1).split(".")[0] not in (module, "tests"):
+                missing.add(dep.group(1).split(".")[0])
+            elif outcome.tag == "failure":
+                res.failed += 1
+            else:
+                res.errors += 1
+    res.missing_deps = sorted(missing)
+    if res.failed or res.errors:
+        res.tests = "failed"
+    elif res.passed:
+        res.tests = "passed"
+    else:
+        res.tests = "no-tests" if not missing else "missing-deps"
+
+
+def check(project: Path, res: Result, args, log: Path) -> None:
+    # An --env build is another torch than this interpreter's: checked statically (no load).
+    cmd = [sys.executable, "-m", "kbuild", "check", str(project)] + (["--no-load"] if args.env else [])
+    code = run(cmd, log, timeout=600)
+    res.check = "ok" if code == 0 else "FAILED"
+
+
+def expected_for(name: str, table: dict) -> dict:
+    return table.get("project", {}).get(name, {})
+
+
+def verdict(res: Result, want: dict, gpu: bool) -> str:
+    if not want:
+        return "unlisted"
+    build_ok = res.build == want.get("build", "built")
+    if want.get("build") == "refused" and want.get("message"):
+        build_ok = build_ok and want["message"] in res.detail
+    if not build_ok:
+        return "UNEXPECTED"
+    if res.build != "built" or not gpu or res.tests == "not-run":
+        return "as expected"
+    tests = want.get("tests", "passed")
+    allowed = set(want.get("missing-test-deps", []))
+    if set(res.missing_deps) - allowed:
+        return "UNEXPECTED"
+    return "as expected" if res.tests == tests else "UNEXPECTED"
+
+
+def one(project: Path, args, work: Path, jobs: int | None, table: dict) -> Result:
+    res = Result(project.name)
+    copy = work / project.name
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(project, copy, symlinks=True,
+                    ignore=shutil.ignore_patterns("build", ".kbuild", "__pycache__"))
+    log = work / f"{project.name}.log"
+    log.write_text("")
+    build(copy, res, args, log, jobs)
+    if res.build == "built" and args.check:
+        check(copy, res, args, log)
+    want = expected_for(project.name, table)
+    res.expected = want.get("build", "") + (f"/{want.get('tests', 'passed')}"
+                                            if want.get("build", "built") == "built" else "")
+    return res
+
+
+def markdown(results: list[Result], title: str) -> str:
+    rows = [f"# {title}", "",
+            "| project | build | build time | tests | passed | failed | errors | skipped | "
+            "missing test deps | check | details |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        detail = (r.detail or r.slowest or "").replace("|", "\\|")
+        rows.append(f"| {r.project} | {r.build} | {r.build_seconds:.0f} s | {r.tests} | {r.passed} | "
+                    f"{r.failed} | {r.errors} | {r.skipped} | {', '.join(r.missing_deps)} | "
+                    f"{r.check} | {detail} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("projects", type=Path, help="a folder of kernel-builder projects")
+    ap.add_argument("names", nargs="*", help="only these projects")
+    ap.add_argument("--env", help="build in this matrix environment (realised from PyPI)")
+    ap.add_argument("--cuda-capabilities", help="a local build for these capabilities (or native)")
+    ap.add_argument("--parallel", type=int, default=1, help="builds at a time")
+    ap.add_argument("--jobs", type=int, help="compile jobs per build (default: cores / parallel)")
+    ap.add_argument("--check", action="store_true", help="run `kbuild check` on each build")
+    ap.add_argument("--no-tests", action="store_true", help="build only")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
+    ap.add_argument("--test-timeout", type=float, default=900, help="seconds per project's tests")
+    ap.add_argument("--expected", type=Path, default=EXPECTED)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/kbuild-projects"))
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--title", default="kernel-builder projects built with kbuild")
+    args = ap.parse_args()
+    sys.path.insert(0, str(REPO / "tools"))
+    projects = sorted(p for p in args.projects.resolve().iterdir() if (p / "build.toml").is_file()
+                      and (not args.names or p.name in args.names))
+    if not projects:
+        print(f"error: no kernel-builder projects (folders with a build.toml) in {args.projects}")
+        return 2
+    table = tomllib.loads(args.expected.read_text()) if args.expected.is_file() else {}
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = args.jobs or max(1, (os.cpu_count() or 1) // max(1, args.parallel))
+    import torch
+    gpu = torch.cuda.is_available()
+    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), GPU: "
+          f"{torch.cuda.get_device_name() if gpu else 'none'}; {len(projects)} projects, "
+          f"{args.parallel} at a time, {jobs} jobs each", flush=True)
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        results = list(pool.map(lambda p: one(p, args, work, jobs, table), projects))
+    for res in results:  # one project's tests at a time: they share the GPU
+        log = work / f"{res.project}.log"
+        # Tests need this interpreter's torch to load the build: not for --env builds, and a
+        # CUDA build only where there is a GPU.
+        if res.build == "built" and not args.no_tests and not args.env \
+                and (gpu or "-cpu-" in res.variant):
+            run_tests(work / res.project, res, args, work, log)
+        res.verdict = verdict(res, expected_for(res.project, table), res.tests != "not-run")
+        print(f"{res.verdict:>12}  {res.project}: build {res.build} ({res.build_seconds:.0f}s), "
+              f"tests {res.tests} ({res.passed} passed, {res.failed} failed, {res.errors} errors, "
+              f"{res.skipped} skipped{', missing ' + ', '.join(res.missing_deps) if res.missing_deps else ''})"
+              f"{', check ' + res.check if res.check else ''}{': ' + res.detail if res.detail else ''}",
+              flush=True)
+    out = (args.out or work).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"torch": torch.__version__, "cuda": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name() if gpu else None, "env": args.env,
+            "cuda_capabilities": args.cuda_capabilities, "parallel": args.parallel, "jobs": jobs,
+            "cores": os.cpu_count()}
+    (out / "projects.json").write_text(json.dumps({"run": meta,
+                                                  "results": [asdict(r) for r in results]}, indent=1))
+    (out / "projects.md").write_text(markdown(results, args.title))
+    bad = [r for r in results if r.verdict == "UNEXPECTED"]
+    print(f"{len(results) - len(bad)} of {len(results)} as expected; {out / 'projects.md'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Stable ABI for CUDA, the full API for CPU."""
+
+import os
+from pathlib import Path
+
+import torch
+from kernels import get_local_kernel
+
+PROJECT = Path(__file__).resolve().parents[1]
+BACKEND = os.environ.get("KBUILD_COMPAT_BACKEND") or ("cuda" if torch.cuda.is_available() else "cpu")
+DEVICE = "cuda" if BACKEND == "cuda" else "cpu"
+kernel = get_local_kernel(PROJECT, backend=BACKEND)
+
+
+def test_scale():
+    x = torch.arange(100, dtype=torch.float32, device=DEVICE)
+    torch.testing.assert_close(kernel.scale(x, 0.5), x * 0.5)
+
+
+def test_variant_kind():
+    name = Path(kernel.__file__).parent.name
+    assert name.startswith("torch-stable-abi210-") if BACKEND == "cuda" else name.startswith("torch2")
