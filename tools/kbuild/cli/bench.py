@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import typer
 from ..core.backend import COMPILED_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.layout import Layout
+from ..core.runner import call
 from .app import ProjectArg, app, out, table as make_table, warn
 
 
@@ -64,7 +64,7 @@ def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tools, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     start = time.monotonic()
-    code = subprocess.call(cmd, cwd=project, env=env)
+    code = call(cmd, cwd=project, env=env)
     return code, time.monotonic() - start
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,7 +11,7 @@ import typer
 from typer.core import TyperCommand
 
 from ..core.errors import BuildError
-from ..core.layout import MANIFEST, METADATA, Layout
+from ..core.layout import MANIFEST, Layout
 from ..stages.toolchain import Toolkit
 from .app import ProjectArg, StepDisplay, app, err, keep_whole, note, out, table, warn
 
@@ -213,59 +212,6 @@ class PassThroughCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
-INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
-
-
-def source_map(project: Path, build_dir: Path) -> dict[str, str]:
-    """Python files of built variants → the torch-ext/ files they were copied from, as absolute
-    paths and as paths relative to the project (how pytest prints them)."""
-    from ..core import manifest as manifest_mod
-    module = manifest_mod.load(project).general.module_name
-    package = Layout.of(project).module_dir(module)
-    mapping: dict[str, str] = {}
-    if not build_dir.is_dir():
-        return mapping
-    for variant in build_dir.iterdir():
-        if not (variant / METADATA).is_file():
-            continue
-        for built in variant.rglob("*.py*"):
-            source = package / built.relative_to(variant)
-            if built.suffix in (".py", ".pyi") and source.is_file():
-                mapping[str(built)] = str(source)
-                if built.is_relative_to(project):
-                    mapping[str(built.relative_to(project))] = str(source.relative_to(project))
-    return mapping
-
-
-def path_rewriter(mapping: dict[str, str]):
-    """A function that rewrites every mapped path in a line of output."""
-    if not mapping:
-        return lambda line: line
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
-    return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
-
-
-def run_tests(project: Path, python: str | None, args: list[str]) -> int:
-    import subprocess
-
-    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q", *args]
-    if any(a in INTERACTIVE for a in args):
-        return subprocess.call(cmd, cwd=project)
-    if out.is_terminal and not any(a.startswith("--color") for a in args):
-        cmd.append("--color=yes")
-    rewrite = path_rewriter(source_map(project, Layout.of(project).build_dir))
-    proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            sys.stdout.write(rewrite(line))
-            sys.stdout.flush()
-    finally:
-        code = proc.wait()
-    return code
-
-
 @app.command(cls=PassThroughCommand)
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
         python: PythonOpt = None) -> None:
@@ -277,4 +223,6 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     run_build(project, backend, python)
     if not (project / "tests").is_dir():
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
-    raise typer.Exit(run_tests(project, python, ctx.meta.get("pytest_args", [])))
+    from ..stages import devtest
+    raise typer.Exit(devtest.run_tests(project, python, ctx.meta.get("pytest_args", []),
+                                       color=out.is_terminal))

@@ -1,0 +1,63 @@
+"""`kbuild dev`'s last step: the project's own tests/ run by pytest against its build, with
+every path of a built variant's Python file in their output shown as the torch-ext/ file it
+was copied from (so a traceback points at the source to edit)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from ..core import manifest as manifest_mod
+from ..core.layout import METADATA, Layout
+from ..core.runner import call, stream
+
+# pytest options that need the terminal itself (a debugger, uncaptured output).
+INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
+
+
+def source_map(project: Path, build_dir: Path) -> dict[str, str]:
+    """Python files of built variants → the torch-ext/ files they were copied from, as absolute
+    paths and as paths relative to the project (how pytest prints them)."""
+    module = manifest_mod.load(project).general.module_name
+    package = Layout.of(project).module_dir(module)
+    mapping: dict[str, str] = {}
+    if not build_dir.is_dir():
+        return mapping
+    for variant in build_dir.iterdir():
+        if not (variant / METADATA).is_file():
+            continue
+        for built in variant.rglob("*.py*"):
+            source = package / built.relative_to(variant)
+            if built.suffix in (".py", ".pyi") and source.is_file():
+                mapping[str(built)] = str(source)
+                if built.is_relative_to(project):
+                    mapping[str(built.relative_to(project))] = str(source.relative_to(project))
+    return mapping
+
+
+def path_rewriter(mapping: dict[str, str]) -> Callable[[str], str]:
+    """A function that rewrites every mapped path in a line of output."""
+    if not mapping:
+        return lambda line: line
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
+    return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
+
+
+def run_tests(project: Path, python: str | None, args: list[str], *, color: bool = False,
+              write: Callable[[str], None] | None = None) -> int:
+    """pytest on `project/tests` in the target interpreter; its output, paths rewritten, goes to
+    `write` (default: stdout). Returns pytest's exit status."""
+    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q", *args]
+    if any(a in INTERACTIVE for a in args):
+        return call(cmd, cwd=project)
+    if color and not any(a.startswith("--color") for a in args):
+        cmd.append("--color=yes")
+    rewrite, out = path_rewriter(source_map(project, Layout.of(project).build_dir)), write or _stdout
+    return stream(cmd, lambda line: out(rewrite(line)), cwd=project)
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
