@@ -82,7 +82,8 @@ def test_compiled_wheel_layout_metadata_and_record(proj, tmp_path):
     dist_info = f"img2gray-1.0.0+torch{TORCH_MM}cpu.dist-info"
     shipped = {p.name for p in variant.iterdir()}
     assert {n.split("/", 1)[1] for n in files if n.startswith("img2gray/")} == shipped
-    assert set(files) == {f"img2gray/{n}" for n in shipped} | {f"{dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD")}
+    assert set(files) == ({f"img2gray/{n}" for n in shipped}
+                          | {f"{dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD")})
     for name in shipped:
         assert files[f"img2gray/{name}"] == (variant / name).read_bytes()
 
