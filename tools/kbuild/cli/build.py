@@ -224,5 +224,9 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     if not (project / "tests").is_dir():
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
     from ..stages import devtest
+
+    def write(text: str) -> None:  # pytest's own output, colours and all
+        sys.stdout.write(text)
+        sys.stdout.flush()
     raise typer.Exit(devtest.run_tests(project, python, ctx.meta.get("pytest_args", []),
-                                       color=out.is_terminal))
+                                       write=write, color=out.is_terminal))

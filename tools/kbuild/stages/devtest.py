@@ -45,19 +45,15 @@ def path_rewriter(mapping: dict[str, str]) -> Callable[[str], str]:
     return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
 
 
-def run_tests(project: Path, python: str | None, args: list[str], *, color: bool = False,
-              write: Callable[[str], None] | None = None) -> int:
+def run_tests(project: Path, python: str | None, args: list[str], *,
+              write: Callable[[str], None], color: bool = False) -> int:
     """pytest on `project/tests` in the target interpreter; its output, paths rewritten, goes to
-    `write` (default: stdout). Returns pytest's exit status."""
+    `write` line by line (an interactive run, `--pdb`, has the terminal). Returns pytest's exit
+    status."""
     cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q", *args]
     if any(a in INTERACTIVE for a in args):
         return call(cmd, cwd=project)
     if color and not any(a.startswith("--color") for a in args):
         cmd.append("--color=yes")
-    rewrite, out = path_rewriter(source_map(project, Layout.of(project).build_dir)), write or _stdout
-    return stream(cmd, lambda line: out(rewrite(line)), cwd=project)
-
-
-def _stdout(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    rewrite = path_rewriter(source_map(project, Layout.of(project).build_dir))
+    return stream(cmd, lambda line: write(rewrite(line)), cwd=project)

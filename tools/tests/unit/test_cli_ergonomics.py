@@ -92,7 +92,7 @@ def test_dev_passes_everything_after_double_dash_to_pytest(tree, monkeypatch):
     seen = {}
     monkeypatch.setattr(build_cli, "run_build", lambda project, *a, **k: seen.update(project=project))
     monkeypatch.setattr(devtest, "run_tests",
-                        lambda project, python, args, color: seen.update(args=args) or 0)
+                        lambda project, python, args, **kw: seen.update(args=args) or 0)
     (tree / "tests").mkdir()
     result = invoke("dev", "--", "-k", "x", "-x", cwd=tree / "csrc")
     assert result.exit_code == 0, result.output
