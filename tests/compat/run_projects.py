@@ -44,6 +44,14 @@ COMPILER_ERROR = re.compile(r"(error:|error \(|fatal error|multiple definition|u
                             r"|#error|FAILED:)", re.I)
 
 
+DEADLINE: float | None = None  # time.monotonic() by which everything must have ended
+
+
+def limit(seconds: float) -> float:
+    """A step's timeout, never past the run's deadline."""
+    return seconds if DEADLINE is None else max(1.0, min(seconds, DEADLINE - time.monotonic()))
+
+
 @dataclass
 class Result:
     project: str
@@ -97,7 +105,7 @@ def build(project: Path, res: Result, args, log: Path, jobs: int | None) -> None
     if jobs:
         cmd += ["--jobs", str(jobs)]
     start = time.monotonic()
-    code = run(cmd, log, timeout=args.timeout)
+    code = run(cmd, log, timeout=limit(args.timeout))
     res.build_seconds = round(time.monotonic() - start, 1)
     text = log.read_text(errors="replace")
     m = re.search(r"^slowest steps: (.*)$", text, re.M)
@@ -107,9 +115,9 @@ def build(project: Path, res: Result, args, log: Path, jobs: int | None) -> None
         built = re.findall(r"(?:built|up to date) (\S+) \(", text)
         res.variant = built[-1] if built else ""
     elif code == 124:
-        res.build, res.detail = "timeout", f"still compiling after {args.timeout:.0f}s"
+        res.build, res.detail = "timeout", f"still compiling after {res.build_seconds:.0f}s"
     elif code == 2 and "Traceback" not in text and not first_compiler_error(kbuild_log(project)):
-        res.build, res.detail = "refused", kbuild_error(text)
+        res.build, res.detail = "refused", kbuild_error(text).replace(f"{project}/", "")
     else:
         res.build = "compile-error"
         res.detail = first_compiler_error(kbuild_log(project)) or kbuild_error(text) \
@@ -146,9 +154,9 @@ def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
            "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", "tests"]
     code = run(cmd, log, cwd=project, env=test_env(project, res.variant, work),
-               timeout=args.test_timeout)
+               timeout=limit(args.test_timeout))
     if code == 124:
-        res.tests, res.detail = "timeout", f"tests still running after {args.test_timeout:.0f}s"
+        res.tests, res.detail = "timeout", "tests still running at their time limit"
         return
     if not junit.is_file():
         res.tests, res.detail = "failed", f"pytest exited {code} without a report"
@@ -244,6 +252,9 @@ def main() -> int:
     ap.add_argument("--env", help="build in this matrix environment (realised from PyPI)")
     ap.add_argument("--cuda-capabilities", help="a local build for these capabilities (or native)")
     ap.add_argument("--parallel", type=int, default=1, help="builds at a time")
+    ap.add_argument("--test-parallel", type=int, default=1, help="projects' tests at a time")
+    ap.add_argument("--deadline", type=float, help="seconds for the whole run: work not started "
+                    "by then is reported as not run")
     ap.add_argument("--jobs", type=int, help="compile jobs per build (default: cores / parallel)")
     ap.add_argument("--check", action="store_true", help="run `kbuild check` on each build")
     ap.add_argument("--no-tests", action="store_true", help="build only")
@@ -264,21 +275,42 @@ def main() -> int:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     jobs = args.jobs or max(1, (os.cpu_count() or 1) // max(1, args.parallel))
+    # Every project builds in the same realised environments (--env), not one copy each.
+    os.environ.setdefault("KBUILD_ENVS_DIR", str(work / "envs"))
     import torch
     gpu = torch.cuda.is_available()
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), GPU: "
           f"{torch.cuda.get_device_name() if gpu else 'none'}; {len(projects)} projects, "
           f"{args.parallel} at a time, {jobs} jobs each", flush=True)
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        results = list(pool.map(lambda p: one(p, args, work, jobs, table), projects))
-    for res in results:  # one project's tests at a time: they share the GPU
-        log = work / f"{res.project}.log"
+    global DEADLINE
+    DEADLINE = deadline = time.monotonic() + args.deadline if args.deadline else None
+
+    def in_time(res: Result) -> bool:
+        if deadline is None or time.monotonic() < deadline - 5:
+            return True
+        res.detail = res.detail or "not started: the run's --deadline had passed"
+        return False
+
+    def build_one(p: Path) -> Result:
+        return one(p, args, work, jobs, table) if in_time(res := Result(p.name)) else res
+
+    def test_one(res: Result) -> Result:
         # Tests need this interpreter's torch to load the build: not for --env builds, and a
         # CUDA build only where there is a GPU.
         if res.build == "built" and not args.no_tests and not args.env \
-                and (gpu or "-cpu-" in res.variant):
-            run_tests(work / res.project, res, args, work, log)
+                and (gpu or "-cpu-" in res.variant) and in_time(res):
+            run_tests(work / res.project, res, args, work, work / f"{res.project}.log")
         res.verdict = verdict(res, expected_for(res.project, table), res.tests != "not-run")
+        return res
+
+    # The largest projects first: they decide when the builds end.
+    order = sorted(projects, key=lambda p: -sum(1 for _ in p.rglob("*.cu")))
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        built = {r.project: r for r in pool.map(build_one, order)}
+    with ThreadPoolExecutor(max_workers=args.test_parallel) as pool:
+        tested = {r.project: r for r in pool.map(test_one, built.values())}
+    results = [tested[p.name] for p in projects]
+    for res in results:
         print(f"{res.verdict:>12}  {res.project}: build {res.build} ({res.build_seconds:.0f}s), "
               f"tests {res.tests} ({res.passed} passed, {res.failed} failed, {res.errors} errors, "
               f"{res.skipped} skipped{', missing ' + ', '.join(res.missing_deps) if res.missing_deps else ''})"
