@@ -66,6 +66,7 @@ class Result:
     errors: int = 0
     skipped: int = 0
     missing_deps: list[str] = field(default_factory=list)
+    failed_tests: list[str] = field(default_factory=list)
     check: str = ""
     expected: str = ""
     verdict: str = ""
@@ -144,7 +145,7 @@ def test_env(project: Path, variant: str, work: Path) -> dict:
     return {"LOCAL_KERNELS": f"{repo_id}={project}", "PYTHONPATH": path}
 
 
-def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
+def run_tests(project: Path, res: Result, args, work: Path, log: Path, paths: list[str]) -> None:
     tests = project / "tests"
     if not tests.is_dir():
         res.tests = "no-tests"
@@ -152,7 +153,7 @@ def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
     junit = work / f"{project.name}.junit.xml"
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", "tests"]
+           "--rootdir", str(project), "-c", os.devnull, f"--junitxml={junit}", *(paths or ["tests"])]
     code = run(cmd, log, cwd=project, env=test_env(project, res.variant, work),
                timeout=limit(args.test_timeout))
     if code == 124:
@@ -174,10 +175,11 @@ def run_tests(project: Path, res: Result, args, work: Path, log: Path) -> None:
             dep = MISSING_MODULE.search(text)
             if dep and dep.group(1).split(".")[0] not in (module, "tests"):
                 missing.add(dep.group(1).split(".")[0])
-            elif outcome.tag == "failure":
-                res.failed += 1
             else:
-                res.errors += 1
+                res.failed += outcome.tag == "failure"
+                res.errors += outcome.tag == "error"
+                path = (case.get("classname") or "").replace(".", "/")
+                res.failed_tests.append(f"{path}.py::{case.get('name')}")
     res.missing_deps = sorted(missing)
     if res.failed or res.errors:
         res.tests = "failed"
@@ -212,6 +214,9 @@ def verdict(res: Result, want: dict, gpu: bool) -> str:
     allowed = set(want.get("missing-test-deps", []))
     if set(res.missing_deps) - allowed:
         return "UNEXPECTED"
+    known = set(want.get("known-failures", []))
+    if res.tests == "failed" and res.failed_tests and set(res.failed_tests) <= known:
+        return "as expected" if res.passed else "UNEXPECTED"
     return "as expected" if res.tests == tests else "UNEXPECTED"
 
 
@@ -264,7 +269,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/kbuild-projects"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--title", default="kernel-builder projects built with kbuild")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     sys.path.insert(0, str(REPO / "tools"))
     projects = sorted(p for p in args.projects.resolve().iterdir() if (p / "build.toml").is_file()
                       and (not args.names or p.name in args.names))
@@ -299,7 +304,10 @@ def main() -> int:
         # CUDA build only where there is a GPU.
         if res.build == "built" and not args.no_tests and not args.env \
                 and (gpu or "-cpu-" in res.variant) and in_time(res):
-            run_tests(work / res.project, res, args, work, work / f"{res.project}.log")
+            paths = expected_for(res.project, table).get("test-paths", [])
+            run_tests(work / res.project, res, args, work, work / f"{res.project}.log", paths)
+            if paths:
+                res.detail = res.detail or f"tests run: {' '.join(paths)}"
         res.verdict = verdict(res, expected_for(res.project, table), res.tests != "not-run")
         return res
 

@@ -87,9 +87,15 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
-          cuda_capabilities: CapsOpt = None) -> None:
+          cuda_capabilities: CapsOpt = None,
+          cutlass_substitute: Annotated[bool, typer.Option(
+              "--cutlass-substitute", help="For a CUTLASS version with no release here, use the "
+              "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False
+          ) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
+    if cutlass_substitute:  # read by stages/deps.py
+        os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     if env:
         if python:
             raise BuildError("--env and --python exclude each other")

@@ -44,6 +44,18 @@ class Environment(_Shape):
     toolkit_lock: str | None = Field(None, alias="toolkit-lock")
 
 
+class Dependency(_Shape):
+    """A header tree compiled in (CUTLASS): which release, from which wheel, and what it stands
+    in for when substituted."""
+    dependency: str
+    cutlass: str
+    package: str
+    version: str
+    wheel_sha256: str
+    tree_sha256: str
+    substitutes: str = None  # type: ignore[assignment]
+
+
 class LocalBuild(_Shape):
     """A build for the GPUs at hand only (`--cuda-capabilities`): never published."""
     cuda_capabilities: list[str] = Field(alias="cuda-capabilities")
@@ -53,6 +65,7 @@ class Provenance(_Shape):
     kernel_builder: BuilderGit = Field(alias="kernel-builder")
     kernel: KernelGit | None = None
     environment: Environment | None = None
+    dependencies: list[Dependency] | None = None
     local_build: LocalBuild | None = Field(None, alias="local-build")
 
 

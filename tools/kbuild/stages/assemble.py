@@ -13,8 +13,9 @@ from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
-from ..core.metadata import (BackendInfo, BuilderGit, Digest, Environment, KernelGit, LocalBuild,
-                             Provenance, VariantMetadata)
+from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
+                             LocalBuild, Provenance, VariantMetadata)
+from . import deps
 from .plan import VariantPlan
 
 
@@ -24,11 +25,15 @@ def provenance(plan: VariantPlan) -> Provenance:
                if tools_git else BuilderGit(version=__version__))
     env = environment_provenance(plan.torch.python if plan.torch else None,
                                  plan.cuda.root if plan.cuda else None)
+    used = deps.provenance(plan) if plan.compiled else []
     return Provenance(
         kernel_builder=builder,
         **({"kernel": KernelGit(commit=plan.git.commit, dirty=plan.git.dirty)} if plan.git else {}),
         # a matrix environment: its name and the hashes of the locks it was realised from
         **({"environment": Environment.model_validate(env)} if env else {}),
+        # the header trees compiled in, and any substitution (--cutlass-substitute)
+        **({"dependencies": [Dependency.model_validate({k: v for k, v in d.items() if v is not None})
+                             for d in used]} if used else {}),
         # --cuda-capabilities: never published (check refuses it)
         **({"local_build": LocalBuild(cuda_capabilities=list(plan.local_capabilities))}
            if plan.local_capabilities else {}))

@@ -43,6 +43,73 @@ def compiler_launcher() -> str | None:
     return None
 
 
+NVCC_THREADS_VAR = "KBUILD_NVCC_THREADS"
+GIB_PER_NVCC = 1.5  # memory one nvcc thread of a template-heavy kernel may take (GiB)
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a build uses the machine: Ninja jobs × nvcc threads (one per capability at most)."""
+    jobs: int
+    nvcc_threads: int
+    cores: int
+    memory_gib: float
+    cuda_files: int
+
+    def __str__(self) -> str:
+        threads = f" × {self.nvcc_threads} nvcc threads" if self.cuda_files else ""
+        return (f"{self.jobs} jobs{threads} ({self.cores} cores, {self.memory_gib:.0f} GiB "
+                f"available)")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _memory_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return 8.0
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise BuildError(f"{name}={value!r} is not a positive number", hint=f"unset {name} or set "
+                         "it to a number of threads, e.g. 4")
+    return int(value)
+
+
+def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
+          memory_gib: float | None = None) -> Split:
+    """Ninja jobs and nvcc threads for `plan`: with fewer CUDA files than cores, each nvcc
+    compiles its capabilities in parallel (`--threads`), so a ten-capability kernel uses ten
+    cores; jobs × threads stays within the cores and the memory. `jobs` (--jobs) and
+    $KBUILD_NVCC_THREADS override."""
+    cores = cores or _cores()
+    memory = _memory_gib() if memory_gib is None else memory_gib
+    units = [(len([s for s in k.src if s.endswith(".cu")]), len(plan.kernel_archs.get(n, [])))
+             for n, k in plan.kernels.items() if k.backend == "cuda"]
+    cuda_files = sum(n for n, _ in units)
+    archs = max((a for n, a in units if n), default=1)
+    threads = _env_int(NVCC_THREADS_VAR)
+    if threads is None:
+        threads = max(1, min(archs, cores // max(1, min(cuda_files, cores)))) if cuda_files else 1
+    if jobs is None:
+        jobs = max(1, -(-cores // threads))
+        jobs = max(1, min(jobs, int(memory / (GIB_PER_NVCC * threads)) or 1)) if cuda_files else jobs
+    return Split(jobs, threads, cores, memory, cuda_files)
+
+
 def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
@@ -55,7 +122,8 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     if plan.cuda:
         # CMake wants a default; each kernel target sets its own list of archs.
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
-        args += [f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
+        args += [f"-DKB_NVCC_THREADS={split(plan).nvcc_threads}",
+                 f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
                  "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
         if launcher:
@@ -110,9 +178,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     if not (build / "build.ninja").is_file():
         run_logged(args, log, "CMake configure", env=env, on_line=phase("configure"))
         stamp.write_text("\n".join(args))
-    cmd = [_tool("cmake"), "--build", str(build)]
-    if jobs:
-        cmd += ["--parallel", str(jobs)]
+    cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))

@@ -16,7 +16,7 @@ from ..core.locking import locked
 from . import frameworks, pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
-from .compile import compile_variant
+from .compile import compile_variant, split
 from .generate import generate
 from .loadcheck import check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
@@ -72,10 +72,11 @@ def step_source(output: str, project: Path) -> str:
     return path[len(root):] if path.startswith(root) else m.group(1)
 
 
-def _compile_progress(plan: VariantPlan, on_step: OnStep):
+def _compile_progress(plan: VariantPlan, on_step: OnStep, detail: str = ""):
     def progress(phase: str, line: str) -> None:
         if not line:
-            on_step(Step(plan.name, "configure" if phase == "configure" else "compile"))
+            on_step(Step(plan.name, "configure", "") if phase == "configure"
+                    else Step(plan.name, "compile", detail))
             return
         m = NINJA_LINE.match(line)
         if phase == "build" and m:
@@ -104,8 +105,9 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
         work = generate(plan)
         so, slowest = None, ()
         if plan.compiled:
-            compiled = compile_variant(plan, work, jobs,
-                                       _compile_progress(plan, step) if on_step else None)
+            how = split(plan, jobs)
+            compiled = compile_variant(plan, work, jobs, _compile_progress(
+                plan, step, f"({how})") if on_step else None)
             so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
                                              for o, t in compiled.slowest)
             verify_build(plan, so)

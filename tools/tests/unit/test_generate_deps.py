@@ -1,11 +1,10 @@
-"""Dependencies (CUTLASS from the nvidia-cutlass wheels) and the framework a variant targets
+"""Dependencies (which CUTLASS release a name gives, refusals, opt-in substitution; the cache
+itself is tested in test_cutlass_cache.py) and the framework a variant targets
 (torch, torch stable ABI, refused tvm-ffi)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,78 +17,122 @@ from kbuild_testing import make_probe_project, plan_of
 MANIFEST = Path("/p/build.toml")
 
 
-@pytest.mark.parametrize("dep, message", [
-    ("cutlass_3_9", "CUTLASS 3.9 has no nvidia-cutlass release on PyPI"),
-    ("cutlass_2_10", "CUTLASS 2.10 has no nvidia-cutlass release on PyPI"),
-    ("sycl_tla", "sycl_tla is a dependency of the xpu backend"),
-    ("metal-cpp", "metal-cpp is a dependency of the metal backend"),
-])
-def test_unavailable_dependencies_are_refused_naming_the_key(dep, message):
+@pytest.mark.parametrize("dep, nearest", [("cutlass_2_10", "3.3.0"), ("cutlass_3_9", "4.1.0"),
+                                          ("cutlass_4_0", "4.1.0"), ("cutlass_4_3", "4.4.2")])
+def test_versions_without_a_release_are_refused_naming_the_key(dep, nearest, monkeypatch):
+    monkeypatch.delenv(deps.SUBSTITUTE_VAR, raising=False)
+    wanted = dep.removeprefix("cutlass_").replace("_", ".")
     with pytest.raises(BuildError) as e:
-        deps.release_for(dep, manifest=MANIFEST, key="kernel.k.depends")
+        deps.resolve(dep, manifest=MANIFEST, key="kernel.k.depends")
+    assert f"CUTLASS {wanted} has no nvidia-cutlass release on PyPI" in e.value.message
+    assert e.value.key == "kernel.k.depends" and e.value.file == MANIFEST
+    assert "cutlass_3_8 (3.8.0)" in e.value.hint and "cutlass_4_5 (4.5.0)" in e.value.hint
+    assert f"--cutlass-substitute ({deps.SUBSTITUTE_VAR}=1) to use CUTLASS {nearest}" in e.value.hint
+
+
+@pytest.mark.parametrize("dep, message", [
+    ("sycl_tla", "sycl_tla is a dependency of the xpu backend"),
+    ("cutlass_sycl", "cutlass_sycl is a dependency of the xpu backend"),
+    ("metal-cpp", "metal-cpp is a dependency of the metal backend"),
+    ("boost", "unknown dependency 'boost'"),
+])
+def test_other_dependencies_are_refused_naming_the_key(dep, message):
+    with pytest.raises(BuildError) as e:
+        deps.resolve(dep, manifest=MANIFEST, key="kernel.k.depends", substitute=True)
     assert message in e.value.message and e.value.key == "kernel.k.depends"
     assert "cutlass_3_8 (3.8.0)" in e.value.hint
 
 
-def test_each_cutlass_name_maps_to_its_minor_version():
+@pytest.mark.parametrize("dep, nearest", [("cutlass_2_10", "3.3.0"), ("cutlass_3_9", "4.1.0"),
+                                          ("cutlass_4_0", "4.1.0"), ("cutlass_4_3", "4.4.2")])
+def test_substitution_is_the_nearest_newer_version_and_says_so(dep, nearest):
+    got = deps.resolve(dep, manifest=MANIFEST, key="k", substitute=True)
+    wanted = dep.removeprefix("cutlass_").replace("_", ".")
+    assert got.release.cutlass == nearest and got.substitutes == wanted
+    assert f"CUTLASS {wanted} is not provided; using CUTLASS {nearest}" in got.warning()
+
+
+def test_nothing_newer_than_the_newest_release_is_substituted():
+    with pytest.raises(BuildError) as e:
+        deps.resolve("cutlass_9_0", manifest=MANIFEST, key="k", substitute=True)
+    assert "nor those of a newer version" in e.value.message
+    assert "--cutlass-substitute" not in e.value.hint
+
+
+def test_a_provided_version_is_never_substituted():
     for name, release in deps.CUTLASS.items():
-        assert release.version.startswith(name.removeprefix("cutlass_").replace("_", ".") + ".")
+        got = deps.resolve(name, manifest=MANIFEST, key="k", substitute=True)
+        assert got.release is release and got.substitutes is None
 
 
-def fake_wheel(path: Path) -> bytes:
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("cutlass_library/source/include/cutlass/cutlass.h", "// cutlass\n")
-        zf.writestr("cutlass_library/source/include/cute/tensor.hpp", "// cute\n")
-        zf.writestr("cutlass_library/source/tools/util/include/cutlass/util/helper.h", "// util\n")
-        zf.writestr("cutlass_library/source/examples/00_basic/main.cu", "int main() {}\n")
-        zf.writestr("cutlass_library/source/include/../../evil.h", "// escapes\n")
-        zf.writestr("cutlass/__init__.py", "")
-    return path.read_bytes()
+def test_the_table_maps_each_name_to_its_minor_version():
+    from kbuild.core.manifest.forms import KERNEL_DEPENDS
+    for name, release in deps.CUTLASS.items():
+        assert release.cutlass.startswith(name.removeprefix("cutlass_").replace("_", ".") + ".")
+        assert release.wheel.startswith(release.package.replace("-", "_") + "-" + release.version + "-")
+        assert release.prefix.endswith("/") and len(release.sha256) == len(release.tree_sha256) == 64
+    provided = {n for n in deps.CUTLASS if n in KERNEL_DEPENDS}
+    assert provided == {"cutlass_3_5", "cutlass_3_6", "cutlass_3_8", "cutlass_4_1", "cutlass_4_2",
+                        "cutlass_4_4", "cutlass_4_5"}
+    assert "cutlass_3_3" not in deps.available()  # substitution targets a manifest cannot name
 
 
-def test_provision_unpacks_only_headers_once(tmp_path, monkeypatch):
-    wheel = tmp_path / "w.whl"
-    data = fake_wheel(wheel)
-    release = deps.Release("9.9.0.0", hashlib.sha256(data).hexdigest())
-    calls = []
-
-    def download(rel, into):
-        calls.append(rel.version)
-        into.mkdir(parents=True)
-        (into / rel.wheel).write_bytes(data)
-        return into / rel.wheel
-
-    monkeypatch.setattr(deps, "_download", download)
-    tree = deps.provision(release, tmp_path / "cache")
-    files = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
-    assert files == ["include/cute/tensor.hpp", "include/cutlass/cutlass.h",
-                     "tools/util/include/cutlass/util/helper.h"]
-    assert deps.provision(release, tmp_path / "cache") == tree and calls == ["9.9.0.0"]
-    assert [p.name for p in (tmp_path / "cache" / "cutlass").iterdir()] == ["9.9.0.0"]
+def gemm_project(tmp_path, depends):
+    return make_probe_project(tmp_path / "p", files={"csrc/k.cpp": "", "csrc/j.cpp": ""},
+                              kernels={"j": {"backend": "cpu", "depends": ["torch", "cutlass_3_8"],
+                                             "src": ["csrc/j.cpp"]},
+                                       "k": {"backend": "cpu", "depends": depends, "src": ["csrc/k.cpp"]}})
 
 
-def test_a_wheel_with_the_wrong_hash_is_refused(tmp_path, monkeypatch):
-    data = fake_wheel(tmp_path / "w.whl")
-    release = deps.Release("9.9.0.0", "0" * 64)
+@pytest.fixture
+def provisioned(monkeypatch, tmp_path):
+    """deps.provision replaced: records the releases asked for, returns a folder per release."""
+    asked = []
 
-    def fetch(args, **kw):
-        into = Path(args[args.index("-d") + 1])
-        into.mkdir(parents=True, exist_ok=True)
-        (into / release.wheel).write_bytes(data)
-        import subprocess
-        return subprocess.CompletedProcess(args, 0, "", "")
+    def provision(release, root=None, warn=None):
+        asked.append(release.key)
+        return tmp_path / "cache" / release.key
 
-    monkeypatch.setattr(deps, "capture", fetch)
-    with pytest.raises(BuildError, match="expected 0000"):
-        deps.provision(release, tmp_path / "cache")
-    assert list((tmp_path / "cache" / "cutlass").iterdir()) == []
+    monkeypatch.setattr(deps, "provision", provision)
+    return asked
 
 
-def test_kernels_outside_the_variant_are_not_provisioned(tmp_path):
+def test_every_refusal_comes_before_any_download(tmp_path, provisioned, monkeypatch):
+    monkeypatch.delenv(deps.SUBSTITUTE_VAR, raising=False)
+    with pytest.raises(BuildError, match="CUTLASS 4.0 has no"):
+        deps.kernel_includes(plan_of(gemm_project(tmp_path, ["cutlass_4_0"])))
+    assert provisioned == []
+
+
+def test_substitution_is_opt_in_warned_and_recorded(tmp_path, provisioned, monkeypatch):
+    plan = plan_of(gemm_project(tmp_path, ["cutlass_4_0", "cutlass_3_8"]))
+    monkeypatch.setenv(deps.SUBSTITUTE_VAR, "1")
+    warnings = []
+    includes, roots = deps.kernel_includes(plan, warn=warnings.append)
+    sub, exact = deps.CUTLASS["cutlass_4_1"], deps.CUTLASS["cutlass_3_8"]
+    assert includes["k"] == [str(tmp_path / "cache" / sub.key / "include"),
+                             str(tmp_path / "cache" / sub.key / "tools" / "util" / "include"),
+                             str(tmp_path / "cache" / exact.key / "include"),
+                             str(tmp_path / "cache" / exact.key / "tools" / "util" / "include")]
+    assert roots == sorted(str(tmp_path / "cache" / r.key) for r in (sub, exact))
+    assert provisioned == [exact.key, sub.key]  # each release once
+    assert len(warnings) == 1 and "cutlass_4_0: CUTLASS 4.0 is not provided; using CUTLASS 4.1.0" in warnings[0]
+    record = {p["dependency"]: p for p in deps.provenance(plan)}
+    assert record["cutlass_4_0"] == {"dependency": "cutlass_4_0", "cutlass": "4.1.0",
+                                     "package": "tilelang", "version": "0.1.8",
+                                     "wheel_sha256": sub.sha256, "tree_sha256": sub.tree_sha256,
+                                     "substitutes": "4.0"}
+    assert record["cutlass_3_8"]["substitutes"] is None and set(record) == {"cutlass_4_0", "cutlass_3_8"}
+    monkeypatch.setenv(deps.SUBSTITUTE_VAR, "0")
+    with pytest.raises(BuildError):
+        deps.provenance(plan)
+
+
+def test_kernels_outside_the_variant_are_not_provisioned(tmp_path, provisioned):
     project = make_probe_project(tmp_path / "p", files={"csrc/k.cu": ""}, backends=("cpu", "cuda"),
                            kernels={"gpu": {"backend": "cuda", "depends": ["cutlass_3_9"],
                                             "src": ["csrc/k.cu"]}})
-    assert deps.kernel_includes(plan_of(project)) == ({}, [])
+    assert deps.kernel_includes(plan_of(project)) == ({}, []) and provisioned == []
 
 
 # --- frameworks -------------------------------------------------------------------------------

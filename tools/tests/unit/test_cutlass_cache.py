@@ -1,0 +1,205 @@
+"""The CUTLASS header cache is verified before each use (issue 21): a planted, edited, extended,
+symlinked, shared or foreign tree is never compiled in; an unsafe cache root is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kbuild.core.errors import BuildError
+from kbuild.stages import deps
+
+HEADERS = {"include/cutlass/cutlass.h": "// cutlass\n", "include/cute/tensor.hpp": "// cute\n",
+           "tools/util/include/cutlass/util/helper.h": "// util\n"}
+PREFIX = "pkg/cutlass/"
+REAL_DOWNLOAD = deps._download
+
+
+def digest(files: dict[str, str]) -> str:
+    return deps.tree_digest({p: hashlib.sha256(t.encode()).hexdigest() for p, t in files.items()})
+
+
+@pytest.fixture
+def release(tmp_path, monkeypatch):
+    """A release whose wheel is made here; `release.downloads` counts the downloads."""
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for rel, text in HEADERS.items():
+            zf.writestr(PREFIX + rel, text)
+        zf.writestr(PREFIX + "examples/00_basic/main.cu", "int main() {}\n")
+        zf.writestr(PREFIX + "include/../../evil.h", "// escapes\n")
+        zf.writestr("pkg/__init__.py", "")
+    data = wheel.read_bytes()
+    rel = deps.Release("9.9.0", "pkg", "1.0", "pkg-1.0-py3-none-any.whl",
+                       hashlib.sha256(data).hexdigest(), PREFIX, digest(HEADERS))
+    downloads: list[str] = []
+
+    def download(r, into):
+        downloads.append(r.key)
+        into.mkdir(parents=True)
+        (into / r.wheel).write_bytes(data)
+        return into / r.wheel
+
+    monkeypatch.setattr(deps, "_download", download)
+    monkeypatch.setattr(deps, "downloads", downloads, raising=False)
+    return rel
+
+
+@pytest.fixture
+def root(tmp_path):
+    path = tmp_path / "cache"
+    path.mkdir(mode=0o755)
+    path.chmod(0o755)
+    return path
+
+
+def files_of(tree: Path) -> dict[str, str]:
+    return {p.relative_to(tree).as_posix(): p.read_text() for p in tree.rglob("*")
+            if p.is_file() and p.name != deps.STAMP}
+
+
+def provision(release, root):
+    warnings: list[str] = []
+    tree = deps.provision(release, root, warn=warnings.append)
+    return tree, warnings
+
+
+def test_a_fresh_tree_holds_only_the_headers_and_is_reused(release, root):
+    tree, warnings = provision(release, root)
+    assert files_of(tree) == HEADERS and warnings == []
+    assert (tree / deps.STAMP).is_file()
+    assert all(not (p.stat().st_mode & 0o022) for p in [tree, *tree.rglob("*")])
+    again, warnings = provision(release, root)
+    assert again == tree and warnings == [] and deps.downloads == [release.key]
+    assert sorted(p.name for p in (root / "cutlass").iterdir()) == [release.key]
+
+
+def test_a_planted_tree_is_not_used(release, root):
+    planted = root / "cutlass" / release.key / "include" / "cutlass"
+    planted.mkdir(parents=True)
+    (planted / "cutlass.h").write_text('#error "planted"\n')
+    tree, warnings = provision(release, root)
+    assert files_of(tree) == HEADERS and deps.downloads == [release.key]
+    assert len(warnings) == 1 and "failed verification" in warnings[0]
+    assert "provisioning them again" in warnings[0]
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda t: (t / "include/cutlass/cutlass.h").write_text('#error "edited"\n'),
+     "changed: include/cutlass/cutlass.h"),
+    (lambda t: (t / "include/cutlass/evil.h").write_text("// extra\n"),
+     "not in the release: include/cutlass/evil.h"),
+    (lambda t: (t / "tools/util/include/cutlass/util/helper.h").unlink(),
+     "missing: tools/util/include/cutlass/util/helper.h"),
+    (lambda t: (t / "include/cute/tensor.hpp").chmod(0o666),
+     "include/cute/tensor.hpp: other users can write it (mode 666)"),
+    (lambda t: (t / "include").chmod(0o777), "include: other users can write it (mode 777)"),
+    (lambda t: ((t / "include/cute/tensor.hpp").unlink(),
+                (t / "include/cute/tensor.hpp").symlink_to(t / "include/cutlass/cutlass.h")),
+     "include/cute/tensor.hpp is a symbolic link"),
+])
+def test_a_changed_tree_is_provisioned_again_saying_why(release, root, change, reason):
+    tree, _ = provision(release, root)
+    change(tree)
+    assert reason in deps.verify_tree(tree, release)
+    again, warnings = provision(release, root)
+    assert again == tree and files_of(tree) == HEADERS
+    assert len(warnings) == 1 and reason in warnings[0]
+    assert deps.verify_tree(tree, release) is None and len(deps.downloads) == 2
+    assert [p.name for p in (root / "cutlass").iterdir()] == [release.key]  # nothing left aside
+
+
+def test_a_symlinked_tree_is_replaced_and_its_target_left_alone(release, root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(provision(release, root)[0], elsewhere)
+    final = root / "cutlass" / release.key
+    shutil.rmtree(final)
+    final.symlink_to(elsewhere)  # the same headers, reached through a link
+    assert deps.verify_tree(final, release) == f"{release.key} is a symbolic link"
+    tree, warnings = provision(release, root)
+    assert not tree.is_symlink() and files_of(tree) == HEADERS
+    assert "is a symbolic link" in warnings[0]
+    assert files_of(elsewhere) == HEADERS  # the link was removed, not what it points to
+
+
+@pytest.mark.parametrize("where", ["root", "cutlass"])
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_cache_root_others_can_write_is_refused(release, root, where, mode):
+    path = root if where == "root" else root / "cutlass"
+    path.mkdir(exist_ok=True)
+    path.chmod(mode)
+    with pytest.raises(BuildError) as e:
+        deps.provision(release, root)
+    assert f"{path}: other users can write it (mode {mode:o})" in e.value.message
+    assert deps.CACHE_VAR in e.value.hint and deps.downloads == []
+
+
+def test_a_parent_others_can_write_is_refused_unless_sticky(release, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(BuildError, match="shared: other users can write it"):
+        deps.provision(release, shared / "cache")
+    shared.chmod(0o1777)  # like /tmp: others cannot rename what is yours
+    assert files_of(deps.provision(release, shared / "cache", warn=print)) == HEADERS
+
+
+def test_a_symlinked_cutlass_folder_is_refused_and_a_symlinked_root_followed(release, root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "cutlass").symlink_to(elsewhere)
+    with pytest.raises(BuildError, match=r"cutlass: it is a symbolic link"):
+        deps.provision(release, root)
+    (root / "cutlass").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(root)  # like KBUILD_CACHE_DIR pointing through a link: its target is checked
+    tree, _ = provision(release, link)
+    assert tree == root.resolve() / "cutlass" / release.key and files_of(tree) == HEADERS
+
+
+def test_a_root_owned_by_someone_else_is_refused(release, root, monkeypatch):
+    monkeypatch.setattr(deps, "trusted_uids", lambda: {4242})  # as if we were uid 4242
+    with pytest.raises(BuildError) as e:
+        deps.provision(release, root)
+    assert f"owned by uid {os.geteuid()}, not by you" in e.value.message and deps.downloads == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_really_foreign_owners(release, root):
+    tree, _ = provision(release, root)
+    os.chown(tree / "include/cutlass/cutlass.h", 4242, 4242)
+    assert deps.verify_tree(tree, release) == "include/cutlass/cutlass.h: it is owned by uid 4242, not by you"
+    tree, warnings = provision(release, root)
+    assert deps.verify_tree(tree, release) is None and "uid 4242" in warnings[0]
+    os.chown(root, 4242, 4242)
+    with pytest.raises(BuildError, match="owned by uid 4242"):
+        deps.provision(release, root)
+
+
+def test_a_wheel_with_the_wrong_hash_is_refused(release, root, monkeypatch):
+    import subprocess
+
+    def fetch(args, **kw):
+        into = Path(args[args.index("-d") + 1])
+        into.mkdir(parents=True, exist_ok=True)
+        (into / release.wheel).write_bytes(b"not the wheel")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(deps, "_download", REAL_DOWNLOAD)  # the real one, with pip replaced
+    monkeypatch.setattr(deps, "capture", fetch)
+    with pytest.raises(BuildError, match=f"expected {release.sha256}"):
+        deps.provision(release, root)
+    assert list((root / "cutlass").iterdir()) == []
+
+
+def test_headers_that_differ_from_the_pinned_tree_are_refused(release, root):
+    wrong = deps.Release(*[getattr(release, f) for f in ("cutlass", "package", "version", "wheel",
+                                                         "sha256", "prefix")], "0" * 64)
+    with pytest.raises(BuildError, match="expected 0000"):
+        deps.provision(wrong, root)
+    assert list((root / "cutlass").iterdir()) == []
