@@ -5,10 +5,8 @@ default CI run does the same in tools/tests/test_compat.py).
     python tests/compat/run_corpus.py [--device cuda|cpu] [--work DIR] [--out DIR] [NAME ...]
     python tests/compat/run_corpus.py --prefetch DIR     # CUTLASS headers for an offline machine
 
---device cuda runs every case (CUDA ones on the GPU); --device cpu skips the CUDA ones. A case
-that needs the edition-5 schema (branch i15a) is reported as `expected-fail` where the
-builder does not have it yet. Prints one line per case and writes DIR/compat.json; exits 1
-when any case does not end as expected.
+--device cuda runs every case (CUDA ones on the GPU); --device cpu skips the CUDA ones. Prints
+one line per case and writes DIR/compat.json; exits 1 when any case does not end as expected.
 """
 
 from __future__ import annotations
@@ -34,11 +32,6 @@ def cases(names: list[str]) -> list[tuple[str, dict]]:
             continue
         out += [(expected.parent.name, c) for c in tomllib.loads(expected.read_text())["case"]]
     return out
-
-
-def has_edition5() -> bool:
-    from kbuild.core.manifest import General, Kernel
-    return "neuron" in General.model_fields and "cuda_maxver" in Kernel.model_fields
 
 
 def run(cmd: list[str], log: Path, env: dict | None = None, timeout: int = 900,
@@ -111,14 +104,11 @@ def main() -> int:
         prefetch(args.prefetch)
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
-    edition5 = has_edition5()
     results = []
     for name, case in cases(args.names):
         if case.get("cuda") and args.device != "cuda":
             continue
         result = one(name, case, args.work)
-        if case.get("requires") == "edition5" and not edition5:
-            result["status"] = "expected-fail" if result["status"] == "FAILED" else "UNEXPECTED-PASS"
         results.append(result)
         print(f"{result['status']:>15}  {name} [{case['backend']}] {result['seconds']}s  "
               f"{result['detail'] if isinstance(result['detail'], str) else ' / '.join(result['detail'])}",
@@ -126,7 +116,7 @@ def main() -> int:
     out = args.out or args.work
     out.mkdir(parents=True, exist_ok=True)
     (out / "compat.json").write_text(json.dumps(results, indent=1))
-    bad = [r for r in results if r["status"] not in ("ok", "expected-fail")]
+    bad = [r for r in results if r["status"] != "ok"]
     print(f"{len(results) - len(bad)} of {len(results)} cases as expected; results in {out / 'compat.json'}")
     return 1 if bad else 0
 

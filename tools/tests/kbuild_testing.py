@@ -195,13 +195,15 @@ def cpu_kernel(src: list[str], **extra) -> dict:
 
 def plan_of(project: Path, name: str = "torch213-cxx11-cpu-x86_64-linux"):
     """The CPU plan of `project` against fake_torch (no interpreter inspected)."""
-    from kbuild.stages.plan import VariantPlan
     from kbuild.core import manifest as manifest_mod
+    from kbuild.core.backend import Backend
+    from kbuild.core.variant import Variant
+    from kbuild.stages.plan import VariantPlan
 
     manifest = manifest_mod.load(project)
-    return VariantPlan(project=project.resolve(), manifest=manifest, backend="cpu",
-                       torch=fake_torch_at(project.parent), name=name, uid="abc1234", git=None,
-                       kernels=manifest.kernels_for("cpu"))
+    return VariantPlan(project=project.resolve(), manifest=manifest, variant=Variant.parse(name),
+                       torch=fake_torch_at(project.parent), uid="abc1234", git=None,
+                       kernels=manifest.kernels_for(Backend.CPU))
 
 
 def envs_folder() -> Path:

@@ -35,15 +35,6 @@ CORPUS = REPO / "tests" / "compat"
 ODD_FOLDER = 'c $HOME ${HOME} $ENV{PATH} it\'s "q"'
 
 
-def edition5() -> bool:
-    """The whole edition-5 schema (branch i15a): shared sources, [general.neuron], cuda-maxver."""
-    from kbuild.core.manifest import General, Kernel
-    return "neuron" in General.model_fields and "cuda_maxver" in Kernel.model_fields
-
-
-REQUIREMENTS = {"edition5": edition5}
-
-
 @dataclass(frozen=True)
 class Case:
     project: str
@@ -57,7 +48,6 @@ class Case:
     archs: list[str] | None = None
     shipped: list[str] | None = None
     absent: list[str] = field(default_factory=list)
-    requires: str | None = None
 
     @property
     def id(self) -> str:
@@ -67,8 +57,6 @@ class Case:
         marks = []
         if self.cuda and self.outcome == "builds":
             marks.append(pytest.mark.slow)
-        if self.requires and not REQUIREMENTS[self.requires]():
-            marks.append(pytest.mark.xfail(strict=True, reason=f"needs {self.requires} (i15a)"))
         return pytest.param(self, id=self.id, marks=marks)
 
 
@@ -150,8 +138,7 @@ def test_refusal_through_the_cli(tmp_path):
 def cpu_builds(tmp_path_factory):
     """Every CPU 'builds' case, built two at a time in copies: {case id: (project, result)}."""
     root = tmp_path_factory.mktemp("compat")
-    todo = [c for c in CASES if c.outcome == "builds" and not c.cuda
-            and not (c.requires and not REQUIREMENTS[c.requires]())]
+    todo = [c for c in CASES if c.outcome == "builds" and not c.cuda]
 
     def build(case: Case):
         project = copy(case.project, root)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from kbuild.cli import init as init_cli
-from kbuild.cli.build import pytest_args, run_tests
+from kbuild.stages.devtest import pytest_args, run_tests
 
 PARENT_INI = "[pytest]\naddopts = --no-such-option\n"
 PARENT_CONFTEST = "raise RuntimeError('a parent folder conftest was imported')\n"
@@ -38,7 +38,7 @@ def test_a_parent_folders_configuration_is_not_picked_up(tmp_path):
     assert pytest(project).returncode != 0  # what `kbuild dev` ran into
     proc = pytest(project, *pytest_args(project))
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
-    assert run_tests(project, None, []) == 0  # the runner `kbuild dev` uses
+    assert run_tests(project, None, [], write=lambda line: None) == 0  # the runner `kbuild dev` uses
 
 
 def test_the_projects_own_configuration_is_used(tmp_path):
@@ -52,4 +52,4 @@ def test_the_projects_own_configuration_is_used(tmp_path):
     assert pytest_args(project)[3] != str(project / "pyproject.toml")
     (project / "tests" / "pytest.ini").write_text("[pytest]\npython_files = check_*.py\n")
     assert pytest_args(project)[3] == str(project / "tests" / "pytest.ini")
-    assert run_tests(project, None, []) == 0
+    assert run_tests(project, None, [], write=lambda line: None) == 0

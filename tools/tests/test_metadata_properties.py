@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from kbuild.stages.check import BYTECODE, check_variant
 from kbuild.core.errors import BuildError
 from kbuild.publish import upload as publish
+from kbuild.core.built import BuiltVariant
 from kbuild.publish.wheel import build_wheel
 from kbuild_hub import HubServer
 from test_publish import builds, fresh_copy, variant_of  # noqa: F401
@@ -73,7 +74,7 @@ def setup(builds, tmp_path_factory):  # noqa: F811
 def test_the_unmutated_variant_passes_all_three(setup, tmp_path):
     project, variant, _, hub = setup
     assert check_variant(variant, load=False).ok
-    assert build_wheel(variant, tmp_path / "dist").is_file()
+    assert build_wheel(BuiltVariant.load(variant), tmp_path / "dist").is_file()
     options = publish.UploadOptions(build_dir=variant.parent, dry_run=True, load=False,
                                     endpoint=hub.url, retries=0)
     assert publish.upload(project, options, log=_quiet, warn=_quiet).variants == [variant.name]
@@ -105,7 +106,7 @@ def test_mutated_metadata_is_refused_cleanly_and_consistently(setup, data):
 
         out = Path(tmp) / "dist"
         try:
-            build_wheel(variant, out)
+            build_wheel(BuiltVariant.load(variant), out)
             packaged = True
         except BuildError:
             packaged = False

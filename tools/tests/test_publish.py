@@ -251,7 +251,8 @@ def test_second_major_version_and_stale_variant_files(hub, builds, tmp_path, api
     assert sorted(second.deleted) == [prefix + old_so, prefix + "stale.txt"]
     assert prefix + new_so in second.added and prefix + "_ops.py" in second.changed
     files = v1_files(hub)
-    assert sorted(p for p in files if p.startswith(prefix)) == sorted(prefix + p.name for p in variant_of(changed).iterdir())
+    assert sorted(p for p in files if p.startswith(prefix)) == sorted(
+        prefix + p.name for p in variant_of(changed).iterdir())
     assert "build/torch212-cxx11-cpu-x86_64-linux/metadata.json" in files  # other variants are left alone
 
     # Idempotent: the same upload again makes no commit anywhere.

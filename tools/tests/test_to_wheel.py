@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kbuild_testing import REPO as REPO_ROOT
-from kbuild.stages.assemble import digest_files
+from kbuild.core.built import BuiltVariant, digest_files
 from kbuild.publish import wheel as publish
 from kbuild.core.errors import BuildError
 from kbuild.publish.wheel import build_wheel, wheel_tags
@@ -76,13 +76,14 @@ def test_tags_of_variant_names():
 
 def test_compiled_wheel_layout_metadata_and_record(proj, tmp_path):
     variant = variant_of(proj)
-    wheel = build_wheel(variant, tmp_path / "dist")
+    wheel = build_wheel(BuiltVariant.load(variant), tmp_path / "dist")
     assert wheel.name == f"img2gray-1.0.0+torch{TORCH_MM}cpu-cp39-abi3-manylinux_2_28_x86_64.whl"
     files = read_wheel(wheel)
     dist_info = f"img2gray-1.0.0+torch{TORCH_MM}cpu.dist-info"
     shipped = {p.name for p in variant.iterdir()}
     assert {n.split("/", 1)[1] for n in files if n.startswith("img2gray/")} == shipped
-    assert set(files) == {f"img2gray/{n}" for n in shipped} | {f"{dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD")}
+    assert set(files) == ({f"img2gray/{n}" for n in shipped}
+                          | {f"{dist_info}/{n}" for n in ("METADATA", "WHEEL", "RECORD")})
     for name in shipped:
         assert files[f"img2gray/{name}"] == (variant / name).read_bytes()
 
@@ -103,7 +104,7 @@ def test_compiled_wheel_layout_metadata_and_record(proj, tmp_path):
         assert (digest, int(size)) == (f"sha256={expected}", len(files[path]))
 
     # Reproducible: the same variant gives the same bytes.
-    assert build_wheel(variant, tmp_path / "again").read_bytes() == wheel.read_bytes()
+    assert build_wheel(BuiltVariant.load(variant), tmp_path / "again").read_bytes() == wheel.read_bytes()
 
 
 def test_noarch_variant_is_a_pure_wheel(tmp_path):
@@ -131,7 +132,7 @@ def test_tampered_variant_is_refused(proj, tmp_path):
     shutil.copytree(variant, tampered)
     (tampered / "_ops.py").write_text("# edited\n")
     with pytest.raises(BuildError, match="_ops.py has changed since the build"):
-        build_wheel(tampered, tmp_path / "dist")
+        build_wheel(BuiltVariant.load(tampered), tmp_path / "dist")
     warnings: list[str] = []
     (wheel,) = publish.to_wheels(proj, out=tmp_path / "dist", log=lambda _: None, warn=warnings.append)
     assert "torch299" not in wheel.name and warnings[0].startswith(f"skipping {tampered.name}: ")
@@ -155,11 +156,11 @@ def test_variant_without_a_valid_digest_is_refused(proj, tmp_path):
     for wrong in (None, {"algorithm": "sha256", "files": []}, "x"):
         _rewrite_meta(variant, digest=wrong)
         with pytest.raises(BuildError) as err:
-            build_wheel(variant, tmp_path / "dist")
+            build_wheel(BuiltVariant.load(variant), tmp_path / "dist")
         assert "digest" in str(err.value)
     _rewrite_meta(variant, digest=digest, provenance="x")
     with pytest.raises(BuildError, match="`provenance` must be an object"):
-        build_wheel(variant, tmp_path / "dist")
+        build_wheel(BuiltVariant.load(variant), tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
 
@@ -170,7 +171,7 @@ def test_record_is_csv_even_for_odd_file_names(proj, tmp_path):
         (variant / name).parent.mkdir(exist_ok=True)
         (variant / name).write_text(name)
     _rewrite_meta(variant, digest={"algorithm": "sha256", "files": digest_files(variant)})
-    files = read_wheel(build_wheel(variant, tmp_path / "dist"))
+    files = read_wheel(build_wheel(BuiltVariant.load(variant), tmp_path / "dist"))
     (record,) = [n for n in files if n.endswith(".dist-info/RECORD")]
     rows = list(csv.reader(io.StringIO(files[record].decode(), newline="")))
     assert sorted(r[0] for r in rows) == sorted(files)
@@ -186,7 +187,7 @@ def test_metadata_cannot_add_wheel_headers(proj, tmp_path, changes):
     variant = variant_of(proj)
     _rewrite_meta(variant, **changes)
     with pytest.raises(BuildError):
-        build_wheel(variant, tmp_path / "dist")
+        build_wheel(BuiltVariant.load(variant), tmp_path / "dist")
     assert not (tmp_path / "dist").exists() or not list((tmp_path / "dist").iterdir())
 
 
@@ -238,7 +239,7 @@ def test_to_wheel_from_the_hub(hub, proj, tmp_path):  # noqa: F811
     result = kbuild_cli("to-wheel", "--repo-id", REPO, "--version", "1", "--out", tmp_path / "hub", env=env)
     assert result.returncode == 0, result.stderr
     (from_hub,) = (tmp_path / "hub").iterdir()
-    local = build_wheel(variant_of(proj), tmp_path / "local")
+    local = build_wheel(BuiltVariant.load(variant_of(proj)), tmp_path / "local")
     assert from_hub.name == local.name and from_hub.read_bytes() == local.read_bytes()
 
     missing = kbuild_cli("to-wheel", "--repo-id", REPO, "--version", "7", "--out", tmp_path / "x", env=env)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,9 +18,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core.backend import COMPILED_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.manifest import inside
+from ..core.runner import call
 from .app import ProjectArg, app, out, table as make_table, warn
 
 
@@ -65,7 +66,7 @@ def check_variants(variant: Path) -> list[Path]:
 
 def default_device() -> str:
     import torch
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return Backend.CUDA.value if torch.cuda.is_available() else Backend.CPU.value
 
 
 def build_variant(project: Path, device: str) -> Path:
@@ -93,7 +94,7 @@ def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tools, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     start = time.monotonic()
-    code = subprocess.call(cmd, cwd=project, env=env)
+    code = call(cmd, cwd=project, env=env)
     return code, time.monotonic() - start
 
 
@@ -145,8 +146,9 @@ def bench(
         raise BuildError("no benchmarks to run", file=project / "benchmarks",
                          hint="add benchmarks/benchmark_<name>.py (see tools/kbuild_bench/harness.py)")
     device = device or default_device()
-    if device not in ("cuda", "cpu"):
-        raise BuildError(f"unknown --device {device!r}", hint="use cuda or cpu")
+    if device not in COMPILED_BACKENDS:
+        raise BuildError(f"unknown --device {device!r}",
+                         hint=f"use {' or '.join(COMPILED_BACKENDS)}")
     if variant_dir:
         variant = variant_dir.resolve()
         if not variant.exists():

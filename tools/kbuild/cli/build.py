@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,8 +11,9 @@ import typer
 from typer.core import TyperCommand
 
 from ..core.errors import BuildError
-from ..core.layout import MANIFEST, METADATA, Layout
-from .app import ProjectArg, StepDisplay, app, err, keep_whole, out, table, warn
+from ..core.layout import MANIFEST, Layout
+from ..stages.toolchain import Toolkit
+from .app import ProjectArg, StepDisplay, app, err, keep_whole, note, out, table, warn
 
 BackendOpt = Annotated[Optional[list[str]], typer.Option(
     "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
@@ -23,6 +23,9 @@ PythonOpt = Annotated[Optional[str], typer.Option(
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
 EnvOpt = Annotated[Optional[str], typer.Option(
     "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
+CudaHomeOpt = Annotated[Optional[Path], typer.Option(
+    "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
+                        "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
 SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
 CapsOpt = Annotated[Optional[str], typer.Option(
     "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
@@ -58,7 +61,7 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None,
-              cuda_capabilities: str | None = None) -> list:
+              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
     from ..stages import pipeline
     from ..stages.torch_install import local_capabilities
@@ -67,7 +70,7 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     if local:
         warn(f"a local build for CUDA capabilities {', '.join(local)} only: not publishable")
     with StepDisplay() as display:
-        results = pipeline.build(project, backends=backend, python=python,
+        results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
                                  build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
                                  local_capabilities=local)
     for r in results:
@@ -82,7 +85,7 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
 
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
-          build_dir: BuildDirOpt = None, env: EnvOpt = None,
+          build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
           cuda_capabilities: CapsOpt = None,
           cutlass_substitute: Annotated[bool, typer.Option(
@@ -96,9 +99,10 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
     if env:
         if python:
             raise BuildError("--env and --python exclude each other")
-        from .matrix import env_interpreter
-        python = env_interpreter(project, env)
-    run_build(project, backend, python, build_dir, jobs, cuda_capabilities)
+        from ..matrix.envs import realise_env
+        real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"))
+        python, cuda_home = str(real.python), cuda_home or real.cuda_home
+    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home), cuda_capabilities)
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
@@ -196,8 +200,8 @@ def update_build(project: ProjectArg = Path("."),
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-    for note in notes:
-        out.print(f"- {note}")
+    for line in notes:
+        out.print(f"- {line}")
     out.print(f"rewrote {path} (comments are not kept)")
 
 
@@ -214,88 +218,6 @@ class PassThroughCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
-INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
-
-
-def source_map(project: Path, build_dir: Path) -> dict[str, str]:
-    """Python files of built variants → the torch-ext/ files they were copied from, as absolute
-    paths and as paths relative to the project (how pytest prints them)."""
-    from ..core import manifest as manifest_mod
-    module = manifest_mod.load(project).general.module_name
-    package = Layout.of(project).module_dir(module)
-    mapping: dict[str, str] = {}
-    if not build_dir.is_dir():
-        return mapping
-    for variant in build_dir.iterdir():
-        if not (variant / METADATA).is_file():
-            continue
-        for built in variant.rglob("*.py*"):
-            source = package / built.relative_to(variant)
-            if built.suffix in (".py", ".pyi") and source.is_file():
-                mapping[str(built)] = str(source)
-                if built.is_relative_to(project):
-                    mapping[str(built.relative_to(project))] = str(source.relative_to(project))
-    return mapping
-
-
-def path_rewriter(mapping: dict[str, str]):
-    """A function that rewrites every mapped path in a line of output."""
-    if not mapping:
-        return lambda line: line
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)))
-    return lambda line: pattern.sub(lambda m: mapping[m.group(0)], line)
-
-
-def pytest_args(project: Path) -> list[str]:
-    """pytest's rootdir, configuration file and conftest search pinned to the project: its own
-    configuration (in tests/ or the project folder, as pytest would look for it) when it has one,
-    else none; never a parent folder's pytest.ini, pyproject.toml or conftest.py."""
-    import configparser
-    import tomllib
-
-    def configures_pytest(path: Path) -> bool:
-        if not path.is_file():
-            return False
-        if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
-            return True
-        try:
-            if path.name == "pyproject.toml":
-                return "pytest" in tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
-            parser = configparser.ConfigParser(interpolation=None)
-            parser.read(path, encoding="utf-8")
-        except (OSError, ValueError, configparser.Error):  # pytest will say what is wrong
-            return True
-        return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
-
-    names = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml",
-             "tox.ini", "setup.cfg")
-    config = next((folder / name for folder in (project / "tests", project) for name in names
-                   if configures_pytest(folder / name)), None)
-    return ["--rootdir", str(project), "-c", str(config or os.devnull), "--confcutdir", str(project)]
-
-
-def run_tests(project: Path, python: str | None, args: list[str]) -> int:
-    import subprocess
-
-    cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
-           *pytest_args(project), *args]
-    if any(a in INTERACTIVE for a in args):
-        return subprocess.call(cmd, cwd=project)
-    if out.is_terminal and not any(a.startswith("--color") for a in args):
-        cmd.append("--color=yes")
-    rewrite = path_rewriter(source_map(project, Layout.of(project).build_dir))
-    proc = subprocess.Popen(cmd, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            sys.stdout.write(rewrite(line))
-            sys.stdout.flush()
-    finally:
-        code = proc.wait()
-    return code
-
-
 @app.command(cls=PassThroughCommand)
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
         python: PythonOpt = None) -> None:
@@ -307,4 +229,10 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     run_build(project, backend, python)
     if not (project / "tests").is_dir():
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
-    raise typer.Exit(run_tests(project, python, ctx.meta.get("pytest_args", [])))
+    from ..stages import devtest
+
+    def write(text: str) -> None:  # pytest's own output, colours and all
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    raise typer.Exit(devtest.run_tests(project, python, ctx.meta.get("pytest_args", []),
+                                       write=write, color=out.is_terminal))

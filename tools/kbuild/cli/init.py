@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..core.backend import SCAFFOLD_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, PIXI_TOML
 from ..core.manifest import NAME_RE
@@ -24,7 +25,6 @@ RESOURCES = Path(str(resources.files("kbuild") / "resources"))
 # The environment matrix a new project's pixi.toml starts from: the default matrix that ships
 # with the builder, else (in a checkout without one) the builder repository's own pixi.toml.
 DEFAULT_MATRIX = RESOURCES / "matrix" / PIXI_TOML  # the matrix that ships with the builder
-SCAFFOLD_BACKENDS = ("cpu", "cuda")
 BUILDER = "pixi-kernel-builder"
 LOCKS = "locks"  # PEP 751 locks of the matrix's environments, next to its pixi.toml
 
@@ -33,7 +33,7 @@ LOCKS = "locks"  # PEP 751 locks of the matrix's environments, next to its pixi.
 class InitOptions:
     name: str              # "my-kernel"
     repo_id: str           # "org/my-kernel"
-    backends: tuple[str, ...]
+    backends: tuple[Backend, ...]
     noarch: bool
 
     @property
@@ -45,7 +45,7 @@ class InitOptions:
         return {"name": self.name, "module": self.module, "op": self.module,
                 "class_name": "".join(p.capitalize() for p in self.name.split("-")),
                 "repo_id": self.repo_id, "backends": list(self.backends), "noarch": self.noarch,
-                "has_cpu": "cpu" in self.backends, "has_cuda": "cuda" in self.backends,
+                "has_cpu": Backend.CPU in self.backends, "has_cuda": Backend.CUDA in self.backends,
                 "example_env": (cuda_envs or matrix_envs or ["default"])[-1]}
 
 
@@ -63,9 +63,9 @@ def scaffold_files(opts: InitOptions) -> dict[str, str]:
         files.update({"torch-ext/torch_binding.cpp": "torch-ext/torch_binding.cpp.j2",
                       "torch-ext/torch_binding.h": "torch-ext/torch_binding.h.j2",
                       f"csrc/{m}.h": "csrc/__module__.h.j2"})
-        if "cpu" in opts.backends:
+        if Backend.CPU in opts.backends:
             files[f"csrc/{m}_cpu.cpp"] = "csrc/__module___cpu.cpp.j2"
-        if "cuda" in opts.backends:
+        if Backend.CUDA in opts.backends:
             files[f"csrc/{m}_cuda.cu"] = "csrc/__module___cuda.cu.j2"
     return files
 
@@ -133,9 +133,9 @@ def project_matrix(opts: InitOptions, matrix_file: Path = DEFAULT_MATRIX) -> tup
     return text, envs
 
 
-def parse_backends(values: list[str] | None) -> tuple[str, ...]:
+def parse_backends(values: list[str] | None) -> tuple[Backend, ...]:
     chosen: list[str] = []
-    for item in values or ["cpu,cuda"]:
+    for item in values or [",".join(SCAFFOLD_BACKENDS)]:
         for b in item.split(","):
             b = b.strip().lower()
             if b and b not in chosen:
@@ -144,7 +144,8 @@ def parse_backends(values: list[str] | None) -> tuple[str, ...]:
     if unknown or not chosen:
         raise BuildError(f"--backends {','.join(unknown) or '(none)'}: the scaffold has kernels for "
                          f"{' and '.join(SCAFFOLD_BACKENDS)}",
-                         hint="pick from cpu,cuda (add other backends to build.toml by hand)")
+                         hint=f"pick from {','.join(SCAFFOLD_BACKENDS)} (add other backends to "
+                              "build.toml by hand)")
     return tuple(b for b in SCAFFOLD_BACKENDS if b in chosen)
 
 
@@ -254,7 +255,7 @@ def init(
     log(f"  cd {rel}")
     log("  kbuild dev                # build for this torch, then run tests/")
     log("  kbuild check              # metadata, digest, ABI and a real load")
-    if "cuda" in opts.backends and not noarch:
+    if Backend.CUDA in opts.backends and not noarch:
         log("  kbuild build --python ENV/bin/python   # a CUDA variant (torch with CUDA + nvcc)")
     log("  kbuild build-all          # every environment of pixi.toml")
     if repo_id is None:

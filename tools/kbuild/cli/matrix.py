@@ -166,10 +166,7 @@ def envs(
     probe: Annotated[bool, typer.Option(help="Ask pip/uv whether each torch wheel is reachable.")] = True,
 ) -> None:
     """Every environment of the matrix: its variant, and whether it can be realised here from PyPI."""
-    from dataclasses import asdict
-
     from ..matrix import envs as envs_mod
-    from ..matrix.lock import states as lock_states
 
     project = project.resolve()
     mx = _load(project, matrix)
@@ -184,15 +181,7 @@ def envs(
     if probe:
         specs = envs_mod.annotate(specs, folder, torch_index=torch_index)
     if json_out:
-        rows = []
-        for s in specs:
-            row = asdict(s)
-            row.update(variant=s.variant(), compute=s.compute, backend=s.backend,
-                       variants={p: s.variant(p) for p in s.platforms},
-                       cached=envs_mod.read_stamp(folder / s.name) is not None,
-                       locks={st.target.name: st.state for st in lock_states(s)})
-            rows.append(row)
-        typer.echo(json.dumps(rows, indent=1))
+        typer.echo(json.dumps([envs_mod.describe(s, folder) for s in specs], indent=1))
         return
     table = make_table("environment", "variant", "platforms", "torch wheel", "toolkit", "lock", "here",
                   title=f"{mx.path} ({len(specs)} environments; realisable here from PyPI?)")
@@ -248,6 +237,7 @@ def lock(
     """Lock environments of pixi.toml into PEP 751 files (locks/<platform>/pylock.<env>.toml)."""
     from ..matrix import envs as envs_mod
     from ..matrix import lock as lock_mod
+    from ..matrix.lockall import lock_envs
 
     project = project.resolve()
     mx = _load(project, matrix)
@@ -265,61 +255,22 @@ def lock(
         raise BuildError(f"{project} has no pixi.toml; the default matrix's locks ship with the "
                          "builder", hint=f"to lock your own, copy {mx.path} to the project as pixi.toml")
     specs = mx.select(envs) if envs else list(mx.envs)
-    if platform == lock_mod.host_platform():
-        specs = envs_mod.annotate(specs, envs_mod.envs_dir(project, envs_dir), torch_index=torch_index)
-    inst = envs_mod.installer()
+    rows = lock_envs(mx, specs, platform, envs_dir=envs_mod.envs_dir(project, envs_dir),
+                     upgrade=upgrade, torch_index=torch_index)
     table = make_table("environment", "lock", "status", title=f"locks for {platform} ({mx.locks / platform})")
-    done: dict[str, str] = {}
-    failed = 0
-    for spec in specs:
-        existing = {st.target.name: st for st in lock_mod.states(spec, platform)}
-        if spec.available is not None and not spec.available.ok and not (
-                existing.get(spec.name) and existing[spec.name].state == "current" and not upgrade):
-            table.add_row(spec.name, "-", f"[yellow]skipped[/]: {spec.available.reason}")
-            failed += bool(envs)
-            continue
-        index = torch_index or (spec.name in existing and existing[spec.name].lock is not None
-                                and existing[spec.name].lock.torch_index)
-        targets = [lock_mod.toolkit_target(spec, platform),
-                   lock_mod.env_target(spec, platform, index)]
-        for target in filter(None, targets):
-            if target.name in done:
-                continue
-            path = lock_mod.lock_path(mx.locks, platform, target.name)
-            state = existing.get(target.name)
-            if state is not None and state.state == "current" and not upgrade:
-                done[target.name] = "current"
-            else:
-                try:
-                    lock_mod.resolve(target, mx.locks, inst)
-                    done[target.name] = "written"
-                except BuildError as e:
-                    done[target.name] = f"[red]failed[/]: {e.message}"
-                    failed += 1
-            table.add_row(spec.name if target.name == spec.name else f"  {target.name}",
-                          str(path.relative_to(mx.path.parent)), done[target.name])
+    shown = {"failed": "[red]failed[/]", "skipped": "[yellow]skipped[/]"}
+    for r in rows:
+        status = shown.get(r.status, r.status) + (f": {r.reason}" if r.reason else "")
+        path = str(r.path.relative_to(mx.path.parent)) if r.path else "-"
+        table.add_row(r.env if r.target == r.env else f"  {r.target}", path, status)
     for column in (0, 1):  # environment and variant names stay whole
         keep_whole(table, column, out)
     out.print(table)
     for problem in lock_mod.check(mx, platform)[0]:
         warn(problem)
-    if failed:
+    # A skipped environment fails the command only when it was asked for by name.
+    if any(r.failed or (r.status == "skipped" and envs) for r in rows):
         raise typer.Exit(1)
-
-
-def env_interpreter(project: Path, name: str) -> str:
-    """`build --env NAME`: the interpreter of environment NAME, realised from PyPI (from its lock
-    when it has one); its toolkit becomes CUDA_HOME for this process."""
-    import os
-
-    from ..matrix import envs as envs_mod
-    project = project.resolve()
-    spec = _load(project, None).get(name)
-    real = envs_mod.realise(spec, envs_mod.envs_dir(project), log=lambda m: err.print(f"{name}: {m}"),
-                            log_dir=Layout.of(project).logs)
-    if real.cuda_home:
-        os.environ["CUDA_HOME"] = str(real.cuda_home)
-    return str(real.python)
 
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Maintain the environment matrix (pixi.toml).")
@@ -337,29 +288,17 @@ def matrix_update(
 ) -> None:
     """Add torch releases newer than the matrix (and newer patch releases' pins) to pixi.toml."""
     from ..matrix import update as update_mod
-    from ..matrix.installer import pip_config
-    from ..matrix.lock import python_minor
 
     project = project.resolve()
     mx = _load(project, matrix)
     if mx.default and matrix is None:
         raise BuildError(f"{project} has no pixi.toml to update",
                          hint=f"copy {mx.path} to the project as pixi.toml, or pass --matrix")
-    index = (index or mx.raw.get("tool", {}).get("kbuild", {}).get("update", {}).get("index")
-             or (pip_config().get("index-url") or ["https://pypi.org/simple"])[0])
-    from ..matrix.envs import installer
-
-    unknown: list[str] = []
-    python = python_minor(mx.envs[0]) if mx.envs else "3.11"
-
-    def resolver(version):  # PyPI's default wheel without core metadata: ask uv
-        inst = installer()
-        return update_mod.uv_resolver(inst, index, python)(version) if inst.uv else None
-    found = update_mod.releases(index, python, update_mod.newer_than(mx), resolver, unknown=unknown)
+    index = index or update_mod.default_index(mx)
+    changes, unknown = update_mod.find_updates(mx, index)
     for version in unknown:
         warn(f"torch {version} on {index}: its wheels carry no flavour label and its CUDA version "
              "could not be read; not added")
-    changes = update_mod.plan(mx, found)
     old = mx.path.read_text(encoding="utf-8")
     if changes.text == old:
         out.print(f"{mx.path.name}: no torch release on {index} is newer than the matrix"

@@ -16,12 +16,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .backend import UNIVERSAL_BACKENDS as _UNIVERSAL, Backend
+
 CURRENT_EDITION = 5
 LEGACY_DEFAULT_LICENSE = "apache-2.0"
 LEGACY_DEFAULT_VERSION = 1
 # Upstream gives a universal (pure-Python) kernel of editions 1-2 these backends.
-UNIVERSAL_BACKENDS = ["cann", "cpu", "cuda", "metal", "neuron", "rocm", "xpu"]
-LANGUAGES = {"cuda": "cuda", "cuda-hipify": "cuda", "metal": "metal"}
+UNIVERSAL_BACKENDS = Backend.names(_UNIVERSAL)
+# Edition 1 kernel languages and the backend each became; without either, cpu and cuda.
+LANGUAGES = {"cuda": Backend.CUDA.value, "cuda-hipify": Backend.CUDA.value,
+             "metal": Backend.METAL.value}
+DEFAULT_BACKENDS = Backend.names([Backend.CPU, Backend.CUDA])
 FRAMEWORKS = ("torch", "torch-noarch", "tvm-ffi")
 
 
@@ -68,7 +73,7 @@ def _v1_to_v2(data: dict, notes: list[str]) -> None:
             rocm = {k: copy.deepcopy(v) for k, v in kernel.items()
                     if k in ("depends", "include", "src", "rocm-archs")}
             kernel.pop("rocm-archs", None)
-            kernels[f"{name}_rocm"] = {"backend": "rocm", **rocm}
+            kernels[f"{name}_rocm"] = {"backend": Backend.ROCM.value, **rocm}
             notes.append(f"kernel.{name}: hipified as kernel.{name}_rocm")
 
 
@@ -97,7 +102,7 @@ def _v2_to_v3(data: dict, notes: list[str]) -> None:
         backends = sorted({k["backend"] for k in _kernels(data).values()
                            if isinstance(k.get("backend"), str)})
         general["backends"] = backends or (UNIVERSAL_BACKENDS if universal is True
-                                           else ["cpu", "cuda"])
+                                           else DEFAULT_BACKENDS)
         notes.append(f"set `general.backends = {general['backends']}`")
 
 

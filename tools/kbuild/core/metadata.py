@@ -1,24 +1,24 @@
-"""The shape of a variant's metadata.json: the JSON type of every key the `kernels` loader and
-kbuild read, checked before anything reads them (so a file of the wrong shape is a problem
-that names the key, never a traceback). Which keys are required is `check`'s business; the
-loader's own parser still judges the values (name grammar, commit ids, backends)."""
+"""The typed metadata.json of a built variant: every key the `kernels` loader and kbuild read,
+with its JSON type, checked before anything reads them (so a file of the wrong shape is a
+problem that names the key, never a traceback). The required keys are required here, and
+nowhere else; the loader's own parser still judges the values (name grammar, commit ids).
+Assemble writes this model; check, upload, to-wheel and the card read it (core/built.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
-from .layout import METADATA
+from .backend import Backend
 
-# Fields default to None without being Optional: a key may be absent, but `null` is refused,
-# as the loader refuses it (except where the loader takes null: provenance, digest, archs, …).
+# Optional fields default to None without being Optional: a key may be absent, but `null` is
+# refused, as the loader refuses it (except where the loader takes null: provenance, digest, …).
 
 
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True, frozen=True)
 
 
 class Digest(_Shape):
@@ -37,33 +37,65 @@ class BuilderGit(_Shape):
     dirty: bool = None  # type: ignore[assignment]
 
 
+class Environment(_Shape):
+    """The matrix environment a variant was built in, and the hashes of its locks (null: none)."""
+    name: str
+    lock: str | None = None
+    toolkit_lock: str | None = Field(None, alias="toolkit-lock")
+
+
+class Dependency(_Shape):
+    """A header tree compiled in (CUTLASS): which release, from which wheel, and what it stands
+    in for when substituted."""
+    dependency: str
+    cutlass: str
+    package: str
+    version: str
+    wheel_sha256: str
+    tree_sha256: str
+    substitutes: str = None  # type: ignore[assignment]
+
+
+class LocalBuild(_Shape):
+    """A build for the GPUs at hand only (`--cuda-capabilities`): never published."""
+    cuda_capabilities: list[str] = Field(alias="cuda-capabilities")
+
+
 class Provenance(_Shape):
     kernel_builder: BuilderGit = Field(alias="kernel-builder")
     kernel: KernelGit | None = None
+    environment: Environment | None = None
+    dependencies: list[Dependency] | None = None
+    local_build: LocalBuild | None = Field(None, alias="local-build")
 
 
-class Backend(_Shape):
-    type: str
+class BackendInfo(_Shape):
+    type: Annotated[Backend, Strict(False)]  # its name, one of the closed set
     archs: list[str] | None = None
 
 
 class VariantMetadata(_Shape):
-    name: str = None  # type: ignore[assignment]
-    id: str = None  # type: ignore[assignment]
-    version: int = Field(None, ge=0)  # type: ignore[assignment]
-    license: str = None  # type: ignore[assignment]
-    python_depends: list[str] = Field(None, alias="python-depends")  # type: ignore[assignment]
-    kernel_depends: list[dict[str, Any]] = Field(None, alias="kernel-depends")  # type: ignore[assignment]
-    backend: Backend = None  # type: ignore[assignment]
-    digest: Digest | None = None
-    provenance: Provenance | None = None
+    name: str
+    id: str
+    version: int = Field(ge=0)
+    license: str
+    python_depends: list[str] = Field(alias="python-depends")
+    kernel_depends: list[dict[str, Any]] = Field(alias="kernel-depends")
+    backend: BackendInfo
     upstream: str | None = None
     source: str | None = None
+    digest: Digest | None = None
+    provenance: Provenance | None = None
+
+    def to_json(self) -> str:
+        """metadata.json's text: the keys that were set, in this order."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return json.dumps(data, indent=2) + "\n"
 
 
 _EXPECTED = {"dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
              "string_type": "a string", "int_type": "an integer", "bool_type": "true or false",
-             "list_type": "a list"}
+             "list_type": "a list", "enum": "a backend (" + ", ".join(Backend.names()) + ")"}
 
 
 def _json_type(value: Any) -> str:
@@ -88,42 +120,39 @@ def _key(loc: tuple) -> str:
 
 
 class MetadataProblem(NamedTuple):
-    code: str  # metadata.missing | metadata.json | metadata.shape
+    code: str  # metadata.missing | metadata.json | metadata.shape | metadata.missing-key
     key: str  # the offending key ("" for the whole file)
     message: str
 
 
-def shape_problems(meta: Any) -> list[MetadataProblem]:
-    """One problem per key of the wrong JSON type; [] when the shape is right."""
+def _problem(err: dict) -> MetadataProblem:
+    key = _key(err["loc"])
+    if err["type"] == "missing":
+        return MetadataProblem("metadata.missing-key", key,
+                               f"metadata.json: missing required key `{key}`")
+    if err["type"] in _EXPECTED:
+        text = f"must be {_EXPECTED[err['type']]}, not {_json_type(err.get('input'))}"
+    else:
+        text = err["msg"].lower()
+    return MetadataProblem("metadata.shape", key, f"metadata.json: `{key}` {text}")
+
+
+def validate(meta: Any) -> tuple[VariantMetadata | None, list[MetadataProblem]]:
+    """(metadata, []) of parsed JSON, or (None, one problem per key of the wrong shape)."""
     if not isinstance(meta, dict):
-        return [MetadataProblem("metadata.shape", "",
-                                f"metadata.json must be a JSON object, not {_json_type(meta)}")]
+        return None, [MetadataProblem("metadata.shape", "",
+                                      f"metadata.json must be a JSON object, not {_json_type(meta)}")]
     try:
-        VariantMetadata.model_validate(meta)
+        return VariantMetadata.model_validate(meta), []
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = _key(err["loc"])
-            if err["type"] == "missing":
-                text = "is missing"
-            elif err["type"] in _EXPECTED:
-                text = f"must be {_EXPECTED[err['type']]}, not {_json_type(err.get('input'))}"
-            else:
-                text = err["msg"].lower()
-            problems.append(MetadataProblem("metadata.shape", key, f"metadata.json: `{key}` {text}"))
-        return problems
-    return []
+        return None, [_problem(err) for err in exc.errors()]
 
 
-def read(variant: Path) -> tuple[dict | None, list[MetadataProblem]]:
-    """(metadata, []) of a variant, or (None, problems) when it is missing, not JSON or of the
-    wrong shape."""
-    path = variant / METADATA
+def parse(text: str) -> tuple[VariantMetadata | None, list[MetadataProblem]]:
+    """(metadata, []) of metadata.json's text, or (None, problems) when it is not JSON or of
+    the wrong shape."""
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, [MetadataProblem("metadata.missing", "", "metadata.json is missing")]
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        meta = json.loads(text)
+    except ValueError as exc:
         return None, [MetadataProblem("metadata.json", "", f"metadata.json is not valid JSON: {exc}")]
-    problems = shape_problems(meta)
-    return (None, problems) if problems else (meta, [])
+    return validate(meta)

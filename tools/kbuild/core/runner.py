@@ -3,7 +3,10 @@
 - `capture`: a short query (git, nvcc --version, an interpreter probe); output as text.
 - `run_logged`: a long step (configure, compile, install) whose output goes to a log file;
   a failure becomes one BuildError with the log's tail and its path.
-- `spawn_logged`: the same in its own process group, for callers that poll and may stop it.
+- `spawn_logged`: the same in its own process group, for callers that poll and may stop it
+  (`stop` ends such groups).
+- `stream`: a program whose output the caller shows line by line as it comes (a test run).
+- `call`: a program that shares this terminal (interactive, or whose output is the result).
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Callable, Mapping
 
 from .errors import BuildError
+
+Process = subprocess.Popen
+Timeout = subprocess.TimeoutExpired  # what `capture(timeout=...)` raises when the time is up
 
 
 def capture(cmd: list[str], *, cwd: Path | str | None = None, input: str | None = None,
@@ -82,3 +90,46 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
+    """Ends the process groups of `procs`: SIGTERM, then SIGKILL for those still running after
+    `grace` seconds."""
+    for p in procs:
+        kill_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_group(p, signal.SIGKILL)
+
+
+def stream(cmd: list[str], on_line: Callable[[str], None], *, cwd: Path | str | None = None,
+           env: Mapping[str, str] | None = None) -> int:
+    """Runs `cmd` with stdout and stderr merged, handing each line (with its newline) to
+    `on_line` as it comes; returns the exit status (127 when it cannot be started)."""
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=None if env is None else dict(env), text=True,
+                                errors="replace", bufsize=1)
+    except OSError as e:
+        on_line(f"{cmd[0]}: {e.strerror or e}\n")
+        return 127
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            on_line(line)
+    finally:
+        code = proc.wait()
+    return code
+
+
+def call(cmd: list[str], *, cwd: Path | str | None = None,
+         env: Mapping[str, str] | None = None) -> int:
+    """Runs `cmd` on this terminal (its output is the user's to see); returns the exit status."""
+    try:
+        return subprocess.call(cmd, cwd=cwd, env=None if env is None else dict(env))
+    except OSError as e:
+        print(f"{cmd[0]}: {e.strerror or e}", file=sys.stderr)
+        return 127

@@ -15,18 +15,19 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .backend import UNIVERSAL, Backend, by_compute_prefix
+
 Framework = Literal["torch", "torch-stable-abi", "tvm-ffi", "noarch"]
 # Compute names with a toolkit version (cu130 = CUDA 13.0) and without one.
-VERSIONED_COMPUTE = {"cu": "cuda", "rocm": "rocm", "xpu": "xpu", "cann": "cann"}
-PLAIN_COMPUTE = ("cpu", "metal", "neuron", "tpu")
+VERSIONED_COMPUTE = by_compute_prefix()
+PLAIN_COMPUTE = tuple(b.value for b in Backend if b.needs.compute is None)
 CPUS = ("x86_64", "aarch64")
 SYSTEMS = ("linux", "darwin", "windows")
 
 _TORCH = re.compile(r"torch(\d)(\d+)")
 _STABLE = re.compile(r"torch-stable-abi(\d)(\d+)")
 _TVM = re.compile(r"tvm-ffi(\d+?)(\d+)")
-_COMPUTE = re.compile(r"(cu|rocm|xpu|cann)(\d+)(\d)")
-_NOARCH_BACKEND = re.compile(r"[a-z][a-z0-9]*")
+_COMPUTE = re.compile("(" + "|".join(VERSIONED_COMPUTE) + r")(\d+)(\d)")
 
 
 class VariantError(ValueError):
@@ -46,7 +47,7 @@ def cpu_arch(machine: str) -> str:
 @dataclass(frozen=True)
 class Variant:
     framework: Framework
-    backend: str                                    # cpu, cuda, rocm, xpu, cann, metal, neuron, tpu
+    backend: Backend | None                         # None: the legacy noarch `torch-universal`
     version: tuple[int, int] | None = None          # torch, stable-ABI or tvm-ffi major.minor
     backend_version: tuple[int, int] | None = None  # toolkit major.minor (cu130: 13.0)
     cxx11: bool | None = None                       # C++ ABI tag (Linux torch variants)
@@ -54,15 +55,15 @@ class Variant:
     os: str | None = None
 
     @classmethod
-    def torch(cls, version: tuple[int, int], backend: str, *, cpu: str, os: str,
+    def torch(cls, version: tuple[int, int], backend: Backend, *, cpu: str, os: str,
               backend_version: tuple[int, int] | None = None, cxx11: bool | None = True,
               framework: Framework = "torch") -> "Variant":
-        return cls(framework, backend, version, backend_version,
+        return cls(framework, Backend(backend), version, backend_version,
                    cxx11 if framework == "torch" and os == "linux" else None, cpu_arch(cpu), os)
 
     @classmethod
-    def noarch(cls, backend: str) -> "Variant":
-        return cls("noarch", backend)
+    def noarch(cls, backend: Backend | None) -> "Variant":
+        return cls("noarch", None if backend is None else Backend(backend))
 
     @property
     def is_noarch(self) -> bool:
@@ -71,10 +72,11 @@ class Variant:
     @property
     def compute(self) -> str:
         """`cu130`, `rocm64`, `cpu`, … (noarch: the backend name)."""
+        if self.backend is None:
+            return UNIVERSAL
         if self.backend_version is None:
-            return self.backend
-        prefix = next(p for p, b in VERSIONED_COMPUTE.items() if b == self.backend)
-        return f"{prefix}{self.backend_version[0]}{self.backend_version[1]}"
+            return self.backend.value
+        return f"{self.backend.needs.compute}{self.backend_version[0]}{self.backend_version[1]}"
 
     @property
     def release(self) -> str | None:
@@ -84,7 +86,7 @@ class Variant:
     @property
     def name(self) -> str:
         if self.is_noarch:
-            return f"torch-{self.backend}"
+            return f"torch-{self.compute}"
         major, minor = self.version or (0, 0)
         head = {"torch": f"torch{major}{minor}", "torch-stable-abi": f"torch-stable-abi{major}{minor}",
                 "tvm-ffi": f"tvm-ffi{major}{minor}"}[self.framework]
@@ -106,9 +108,12 @@ class Variant:
             return cls._arch(name, "torch-stable-abi", m, parts[3:])
         if parts[0] == "torch":
             backend = "-".join(parts[1:])
-            if not _NOARCH_BACKEND.fullmatch(backend):
-                raise VariantError(name, "expected torch-<backend> for a noarch variant")
-            return cls.noarch(backend)
+            if backend == UNIVERSAL:
+                return cls.noarch(None)
+            if backend not in Backend.names():
+                raise VariantError(name, "expected torch-<backend> for a noarch variant (backends: "
+                                         + ", ".join(Backend.names()) + ")")
+            return cls.noarch(Backend(backend))
         if parts[0] == "tvm" and len(parts) > 1:
             m = _TVM.fullmatch(f"tvm-{parts[1]}")
             if not m:
@@ -131,13 +136,14 @@ class Variant:
             raise VariantError(name, "expected <compute>-<cpu>-<os> after the framework")
         compute, cpu, os = rest
         if compute in PLAIN_COMPUTE:
-            backend, backend_version = compute, None
+            backend, backend_version = Backend(compute), None
         elif cm := _COMPUTE.fullmatch(compute):
             backend = VERSIONED_COMPUTE[cm[1]]
             backend_version = (int(cm[2]), int(cm[3]))
         else:
-            raise VariantError(name, f"unknown compute {compute!r} (expected cpu, cuXY, rocmXY, "
-                                     "xpuXY, cannXY, metal, neuron or tpu)")
+            forms = [f"{p}XY" for p in VERSIONED_COMPUTE] + list(PLAIN_COMPUTE)
+            raise VariantError(name, f"unknown compute {compute!r} (expected "
+                                     f"{', '.join(forms[:-1])} or {forms[-1]})")
         if cpu not in CPUS:
             raise VariantError(name, f"unknown CPU {cpu!r} (expected {' or '.join(CPUS)})")
         if os not in SYSTEMS:

@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import re
-import signal
-import subprocess
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -24,10 +22,10 @@ from typing import Callable
 
 from . import realise
 from ..core import manifest as manifest_mod
-from ..stages.assemble import digest_files
+from ..core.built import digest_files
 from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
-from ..core.runner import kill_group, spawn_logged
+from ..core.runner import Process, spawn_logged, stop
 from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
 from ..stages.plan import input_files
@@ -130,7 +128,7 @@ class Runner:
         self.via = self.realiser.via
         self.event = on_event
         self.stop = threading.Event()
-        self.children: dict[str, subprocess.Popen] = {}
+        self.children: dict[str, Process] = {}
         self.lock = threading.Lock()
         self.builder = builder_hash()
 
@@ -235,14 +233,7 @@ class Runner:
         self.stop.set()
         with self.lock:
             procs = list(self.children.values())
-        for p in procs:
-            kill_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                kill_group(p, signal.SIGKILL)
+        stop(procs, grace=10)
 
     # -- all of them ------------------------------------------------------------------------------
     def run(self, specs: list[EnvSpec]) -> list[EnvResult]:

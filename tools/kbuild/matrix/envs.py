@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from packaging.version import Version
 from ..core.errors import BuildError
 from ..core.envstamp import STAMP, read_stamp  # noqa: F401  (re-exported)
 from ..core.locking import locked
-from ..core.runner import capture
+from ..core.runner import Timeout, capture
 from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
 from . import lock as locks
@@ -85,7 +84,7 @@ def _probe(inst: Installer, requirement: str, indexes: list[str], cache: Path) -
         compute, detail = wheel_compute(pins), f"torch {pins.get('torch')}"
     except BuildError as e:
         compute, detail = None, str(e)
-    except subprocess.TimeoutExpired:
+    except Timeout:
         return None, "resolution timed out"
     with locked(cache.with_suffix(".lock")):
         data = json.loads(cache.read_text()) if cache.is_file() else {}
@@ -351,6 +350,28 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
     return Realised(spec=spec, python=venv_python(folder / spec.name), cuda_home=cuda_home,
                     created=created or tk_created, seconds=time.monotonic() - start if
                     (created or tk_created) else 0.0, path=folder / spec.name)
+
+
+def describe(spec: EnvSpec, folder: Path) -> dict:
+    """`kbuild envs --json`: an environment, its variants, whether it is cached, its locks."""
+    row = dataclasses.asdict(spec)
+    row.update(variant=spec.variant(), compute=spec.compute, backend=spec.backend,
+               variants={p: spec.variant(p) for p in spec.platforms},
+               cached=read_stamp(folder / spec.name) is not None,
+               locks={st.target.name: st.state for st in locks.states(spec)})
+    return row
+
+
+def realise_env(project: Path, name: str, *, log: Log = lambda _: None) -> Realised:
+    """`build --env NAME`: environment NAME of the project's matrix, realised from PyPI (from its
+    lock when it has one) in the project's envs folder."""
+    from . import matrix as matrix_mod
+
+    project = project.resolve()
+    mx = matrix_mod.load(project)
+    if mx.default:
+        log(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
+    return realise(mx.get(name), envs_dir(project), log=log, log_dir=Layout.of(project).logs)
 
 
 def env_key(spec: EnvSpec, folder: Path) -> str | None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ..core.errors import BuildError
-from ..core.runner import capture, run_logged
+from ..core.runner import Timeout, capture, run_logged
 
 if TYPE_CHECKING:
     from .lock import Lock
@@ -44,7 +43,7 @@ def pip_config() -> dict[str, list[str]]:
     """pip's effective list options (find-links, indexes, constraints, cert) from `pip config list`."""
     try:
         out = capture([sys.executable, "-m", "pip", "config", "list"], timeout=60).stdout
-    except subprocess.TimeoutExpired:
+    except Timeout:
         return {}
     merged: dict[str, dict[str, list[str]]] = {}
     for line in out.splitlines():

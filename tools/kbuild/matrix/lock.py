@@ -27,7 +27,6 @@ import re
 import sys
 import tempfile
 import tomllib
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal

@@ -19,6 +19,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import PIXI_TOML
 from ..core.variant import Variant
@@ -78,8 +79,8 @@ class EnvSpec:
         return f"cu{v.major}{v.minor}"
 
     @property
-    def backend(self) -> str:
-        return "cpu" if self.cuda is None else "cuda"
+    def backend(self) -> Backend:
+        return Backend.CPU if self.cuda is None else Backend.CUDA
 
     def variant(self, platform: str = "linux-64") -> str:
         """The build/ folder this environment produces on `platform` (torch ≥ 2.7: cxx11 ABI)."""

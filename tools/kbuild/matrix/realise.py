@@ -115,11 +115,10 @@ class PypiRealiser:
 
     def build_command(self, real: RealisedEnv, args: list[str]) -> tuple[list[str], dict[str, str]]:
         extra: dict[str, str] = {}
-        if real.cuda_home:
-            extra["CUDA_HOME"] = str(real.cuda_home)
         if self.sccache:
             extra["KBUILD_COMPILER_CACHE"] = str(self.sccache)
-        return [sys.executable, "-m", "kbuild", *args, "--python", str(real.python)], extra
+        toolkit = ["--cuda-home", str(real.cuda_home)] if real.cuda_home else []
+        return [sys.executable, "-m", "kbuild", *args, "--python", str(real.python), *toolkit], extra
 
 
 class Unavailable(BuildError):

@@ -506,3 +506,28 @@ def _validate(text: str, path: Path) -> None:
         problems = [p for env in _parse(copy).envs for p in name_problems(env)]
     if problems:
         raise BuildError(f"the updated matrix is inconsistent: {problems}", file=path)
+
+
+# --- `kbuild matrix update` -----------------------------------------------------------------
+
+def default_index(mx: Matrix) -> str:
+    """[tool.kbuild.update] index in pixi.toml, else pip's configured index, else PyPI."""
+    from .installer import pip_config
+    return (mx.raw.get("tool", {}).get("kbuild", {}).get("update", {}).get("index")
+            or (pip_config().get("index-url") or ["https://pypi.org/simple"])[0])
+
+
+def find_updates(mx: Matrix, index: str) -> tuple[Changes, list[str]]:
+    """The changes that bring `mx` up to the torch releases on `index`, and the releases whose
+    flavour could not be read (left out)."""
+    from .installer import installer
+    from .lock import python_minor
+
+    unknown: list[str] = []
+    python = python_minor(mx.envs[0]) if mx.envs else "3.11"
+
+    def resolver(version):  # PyPI's default wheel without core metadata: ask uv
+        inst = installer()
+        return uv_resolver(inst, index, python)(version) if inst.uv else None
+    found = releases(index, python, newer_than(mx), resolver, unknown=unknown)
+    return plan(mx, found), unknown

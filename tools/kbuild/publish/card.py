@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..core import manifest as manifest_mod
-
-if TYPE_CHECKING:
-    from .upload import Variant
+from ..core.built import BuiltVariant
 
 CARD = "CARD.md"
 
@@ -81,7 +78,8 @@ def describe_layers(variant: Path) -> list[str]:
     return []
 
 
-def generate_card(manifest: manifest_mod.Manifest, repo_id: str, variants: list[Variant]) -> str:
+def generate_card(manifest: manifest_mod.Manifest, repo_id: str,
+                  variants: list[BuiltVariant]) -> str:
     general = manifest.general
     module = general.module_name
     summary, functions = describe_functions(variants[0].path / "__init__.py")
@@ -112,7 +110,7 @@ def generate_card(manifest: manifest_mod.Manifest, repo_id: str, variants: list[
 
 
 def card_text(project: Path, manifest: manifest_mod.Manifest, repo_id: str,
-              variants: list[Variant]) -> tuple[str, str]:
+              variants: list[BuiltVariant]) -> tuple[str, str]:
     """(README text, where it came from)."""
     card = project / CARD
     if card.is_file():

@@ -24,8 +24,9 @@ from ..stages.check import BYTECODE, check_variant, variant_dirs
 from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
-from ..core import metadata as metadata_mod
+from ..core.built import BuiltVariant
 from ..core.errors import BuildError
+from ..core.metadata import KernelGit, VariantMetadata
 from ..core.layout import MANIFEST, METADATA, Layout
 from ..core.runner import capture
 from .card import card_text
@@ -67,51 +68,30 @@ class UploadResult:
         return asdict(self)
 
 
-@dataclass
-class Variant:
-    path: Path
-    meta: dict
-    notes: list[str]
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-
 # ----------------------------------------------------------------------------- local side
-
-
-def _shipped_files(variant: Path) -> list[Path]:
-    return sorted(p for p in variant.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.relative_to(variant).parts
-                  and p.suffix != ".pyc")
-
-
-def _read_meta(variant: Path) -> dict | None:
-    """The variant's metadata, or None when unreadable or of the wrong shape (check says why)."""
-    return metadata_mod.read(variant)[0]
 
 
 def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manifest, *,
                     allow_dirty: bool, load: bool = True, python: str | None = None,
                     log: Log = _silent, warn: Log = _silent
-                    ) -> tuple[list[Variant], dict[str, list[str]]]:
+                    ) -> tuple[list[BuiltVariant], dict[str, list[str]]]:
     """The variants to upload and the skipped ones with their reasons; refuses bad folders."""
     general = manifest.general
     if not build_dir.is_dir() or not variant_dirs(build_dir):
         raise BuildError("no variants to upload", file=build_dir, hint="run `kbuild build` first")
     dirs = variant_dirs(build_dir)
-    metas = {d.name: _read_meta(d) for d in dirs}
-    versions = sorted({m.get("version") for m in metas.values() if m and "version" in m}, key=str)
+    read = {d.name: BuiltVariant.read(d) for d in dirs}
+    metas = {name: built.metadata for name, (built, _) in read.items() if built is not None}
+    versions = sorted({m.version for m in metas.values()})
     if len(versions) > 1:
-        listing = ", ".join(f"{n}: {m.get('version')}" for n, m in metas.items() if m)
+        listing = ", ".join(f"{n}: {m.version}" for n, m in metas.items())
         raise BuildError(f"the build folder mixes kernel versions ({listing})", file=build_dir,
                          hint="remove the stale variants (`kbuild clean`) and rebuild")
     if versions and versions[0] != general.version:
         raise BuildError(f"the variants are version {versions[0]} but build.toml says "
                          f"{general.version}", file=project / MANIFEST,
                          key="general.version", hint="rebuild after changing the version")
-    names = {m.get("name") for m in metas.values() if m and "name" in m}
+    names = {m.name for m in metas.values()}
     if names - {general.name}:
         raise BuildError(f"the build folder holds variants of {', '.join(sorted(map(str, names)))}"
                          f", not of {general.name}", file=build_dir, hint="pass the right --build-dir")
@@ -123,12 +103,12 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
                              "does not track)", file=project,
                              hint="commit them and rebuild, or pass --allow-dirty")
         for name, meta in metas.items():
-            if _provenance(meta, "kernel").get("dirty"):
+            if (git := _kernel_git(meta)) and git.dirty:
                 raise BuildError(f"variant {name} was built from a tree with uncommitted changes",
                                  file=build_dir / name / METADATA, key="provenance.kernel.dirty",
                                  hint="commit, rebuild and upload again, or pass --allow-dirty")
 
-    chosen: list[Variant] = []
+    chosen: list[BuiltVariant] = []
     skipped: dict[str, list[str]] = {}
     for d in dirs:
         report = check_variant(d, python=python, load=load)
@@ -138,25 +118,27 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
             skipped[d.name] = problems
             warn(f"skipping {d.name}: " + "; ".join(problems))
             continue
-        meta = metas[d.name] or {}
-        built_from = _provenance(meta, "kernel").get("commit")
+        built = read[d.name][0]
+        assert built is not None  # an unreadable variant has problems
+        git = _kernel_git(built.metadata)
+        built_from = git.commit if git else None
         if state is not None and built_from and _sources_differ(project, built_from):
             warn(f"{d.name} was built from commit {built_from[:12]}; the kernel's sources have "
                  "changed since (rebuild to upload the current state)")
         log(f"checked {d.name}: ok" + (f"; {'; '.join(notes)}" if notes else ""))
-        chosen.append(Variant(d, meta, notes))
+        chosen.append(built)
     if not chosen:
         raise BuildError("no variant passed `kbuild check`; nothing to upload", file=build_dir,
                          hint="fix the problems above and rebuild")
-    if any(_provenance(v.meta, "kernel-builder").get("dirty") for v in chosen):
+    if any(v.metadata.provenance and v.metadata.provenance.kernel_builder.dirty for v in chosen):
         warn("the variants were built by a pixi-kernel-builder checkout with uncommitted changes; "
              "`kernels` will warn about a dirty tree when loading them")
     return chosen, skipped
 
 
-def _provenance(meta: dict | None, part: str) -> dict:
-    value = ((meta or {}).get("provenance") or {}).get(part)
-    return value if isinstance(value, dict) else {}
+def _kernel_git(meta: VariantMetadata) -> KernelGit | None:
+    """The kernel's git state a variant was built from (None: not built in git)."""
+    return meta.provenance.kernel if meta.provenance else None
 
 
 def _sources_differ(project: Path, commit: str) -> bool:
@@ -165,11 +147,11 @@ def _sources_differ(project: Path, commit: str) -> bool:
                    ).returncode == 1
 
 
-def version_files(project: Path, variants: list[Variant]) -> dict[str, Path]:
+def version_files(project: Path, variants: list[BuiltVariant]) -> dict[str, Path]:
     """path in repo -> local file, for the version branch."""
     files: dict[str, Path] = {}
     for v in variants:
-        for p in _shipped_files(v.path):
+        for p in v.files():
             files[f"build/{v.name}/{p.relative_to(v.path).as_posix()}"] = p
     bench = project / "benchmarks"
     if bench.is_dir():
@@ -340,14 +322,12 @@ def _check_tag_stays(hub: HubClient, tag: str, tagged: str, branch: str, planned
                      "version number")
 
 
-def _commit_description(variants: list[Variant]) -> str:
+def _commit_description(variants: list[BuiltVariant]) -> str:
     lines = ["Uploaded with pixi-kernel-builder."]
     for v in variants:
-        prov = v.meta.get("provenance") or {}
-        kernel = prov.get("kernel") or {}
-        src = f" from {kernel['commit']}" + (" (dirty)" if kernel.get("dirty") else "") \
-            if kernel.get("commit") else ""
-        lines.append(f"- {v.name}: {v.meta.get('id')}{src}")
+        kernel = _kernel_git(v.metadata)
+        src = f" from {kernel.commit}" + (" (dirty)" if kernel.dirty else "") if kernel else ""
+        lines.append(f"- {v.name}: {v.metadata.id}{src}")
     return "\n".join(lines)
 
 
@@ -370,7 +350,7 @@ def _readme_json(sync: SyncResult, source: str) -> dict[str, Any]:
 
 
 def _result(status: str, hub: HubClient, repo_id: str, branch: str, sync: SyncResult,
-            variants: list[Variant], skipped: dict[str, list[str]], readme: dict[str, Any],
+            variants: list[BuiltVariant], skipped: dict[str, list[str]], readme: dict[str, Any],
             tag: str | None) -> UploadResult:
     d = sync.diff
     url = hub.scrub(sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}")

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..stages.check import BYTECODE, check_variant, variant_dirs
-from ..core import metadata as metadata_mod
+from ..stages.check import BYTECODE, check_built, variant_dirs
+from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.layout import BUILD_DIR, MANIFEST, METADATA
+from ..core.metadata import VariantMetadata
 from ..core.variant import Variant, VariantError
 from .hub import REPO_TYPE, HubClient, check_endpoint
 
@@ -73,7 +74,7 @@ def wheel_tags(variant: str) -> WheelTags:
                          hint="expected torch<MAJ><MIN>-cxx11-<compute>-<cpu>-<os>, "
                               "torch-stable-abi<MAJ><MIN>-..., or torch-<backend>") from None
     if v.is_noarch:
-        return WheelTags(v.backend, "py3", "none", "any", "torch", True)
+        return WheelTags(v.compute, "py3", "none", "any", "torch", True)
     if v.framework == "tvm-ffi":
         raise BuildError(f"cannot make a wheel of variant {variant!r}: not a torch variant name "
                          "(tvm-ffi variants do not depend on torch)",
@@ -87,7 +88,7 @@ def wheel_tags(variant: str) -> WheelTags:
                      f"torch=={v.release}.*", False)
 
 
-def _python_requirements(meta: dict, path: Path) -> list[str]:
+def _python_requirements(meta: VariantMetadata, path: Path) -> list[str]:
     """PyPI names of metadata `python-depends` (kernels' own table; the name itself otherwise,
     which must then be a bare name: no version, URL or marker comes from metadata.json)."""
     table: dict = {}
@@ -96,10 +97,9 @@ def _python_requirements(meta: dict, path: Path) -> list[str]:
         table = json.loads((resources.files("kernels") / "python_depends.json").read_text())
     except Exception:  # kernels missing or its table moved: fall back to the names
         pass
-    backend = meta.get("backend", {}).get("type", "")
-    known = {**table.get("general", {}), **table.get("backends", {}).get(backend, {})}
+    known = {**table.get("general", {}), **table.get("backends", {}).get(meta.backend.type, {})}
     out = []
-    for dep in meta.get("python-depends", []):
+    for dep in meta.python_depends:
         pkgs = [p["pkg"] for p in known.get(dep, {}).get("python", [])]
         if not pkgs and not REQUIREMENT_NAME.fullmatch(dep):
             raise BuildError(f"python-depends entry {dep!r} is not a package name", file=path,
@@ -108,9 +108,9 @@ def _python_requirements(meta: dict, path: Path) -> list[str]:
     return out
 
 
-def _header(meta: dict, key: str, path: Path) -> str | None:
+def _header(meta: VariantMetadata, key: str, path: Path) -> str | None:
     """A metadata.json string as a one-line METADATA header value (None when unset)."""
-    value = meta.get(key)
+    value = getattr(meta, key)
     if value and value.splitlines() != [value]:
         raise BuildError(f"`{key}` contains a line break", file=path, key=key,
                          hint="metadata values become one-line wheel headers")
@@ -130,45 +130,22 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _variant_files(variant: Path) -> list[Path]:
-    return sorted(p for p in variant.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.relative_to(variant).parts
-                  and p.suffix != ".pyc")
-
-
-def read_metadata(variant: Path) -> dict:
+def build_wheel(built: BuiltVariant, out_dir: Path) -> Path:
+    """Writes the wheel of one variant into `out_dir` and returns its path. Only a variant that
+    passes `kbuild check` (without loading it) is packaged: a digest that matches every file,
+    the layout and the ABI policy."""
+    variant, meta = built.path.resolve(), built.metadata
     path = variant / METADATA
-    meta, problems = metadata_mod.read(variant)
-    if meta is None:
-        first = problems[0]
-        if first.code == "metadata.missing":
-            raise BuildError("not a kernel variant (no metadata.json)", file=variant,
-                             hint="point to a build folder made by `kbuild build` or a Hub kernel repo")
-        raise BuildError(first.message.removeprefix("metadata.json: "), file=path,
-                         key=first.key or None)
-    for key in ("name", "version"):
-        if key not in meta:
-            raise BuildError("required key is missing", file=path, key=key)
-    return meta
-
-
-def build_wheel(variant: Path, out_dir: Path) -> Path:
-    """Writes the wheel of one variant folder into `out_dir` and returns its path. Only a
-    variant that passes `kbuild check` (without loading it) is packaged: metadata of the right
-    shape, a digest that matches every file, the layout and the ABI policy."""
-    variant = variant.resolve()
-    meta = read_metadata(variant)
-    path = variant / METADATA
-    problems = [p for p in check_variant(variant, load=False).problems if p.code != BYTECODE]
+    problems = [p for p in check_built(built, load=False).problems if p.code != BYTECODE]
     if problems:
         raise BuildError("; ".join(problems), file=variant, hint="rebuild the variant (`kbuild build`)")
     tags = wheel_tags(variant.name)
-    name = str(meta["name"])
+    name = meta.name
     module = name.replace("-", "_")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", module):
         raise BuildError(f"kernel name {name!r} is not importable as a package", file=variant / METADATA,
                          key="name")
-    version = f"{int(meta['version'])}.0.0+{tags.local}"
+    version = f"{meta.version}.0.0+{tags.local}"
     dist = re.sub(r"[-_.]+", "_", name).lower()
     dist_info = f"{dist}-{version}.dist-info"
     compiled = any(p.suffix == ".so" or p.name.endswith(".pyd") for p in variant.iterdir())
@@ -178,10 +155,10 @@ def build_wheel(variant: Path, out_dir: Path) -> Path:
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
              f"Summary: The {name} kernel ({variant.name}), packaged by pixi-kernel-builder"]
     if _header(meta, "license", path):
-        lines.append(f"License: {meta['license']}")
+        lines.append(f"License: {meta.license}")
     for key, label in (("upstream", "Source"), ("source", "Source")):
         if _header(meta, key, path):
-            lines.append(f"Project-URL: {label}, {meta[key]}")
+            lines.append(f"Project-URL: {label}, {getattr(meta, key)}")
     lines.append("Requires-Python: >=3.9")
     requirements = [tags.torch_requirement, *_python_requirements(meta, path)]
     lines += [f"Requires-Dist: {r}" for r in requirements]
@@ -190,8 +167,8 @@ def build_wheel(variant: Path, out_dir: Path) -> Path:
                   f"Root-Is-Purelib: {'true' if tags.purelib else 'false'}\nTag: {tags.tag}\n")
 
     entries: list[tuple[str, bytes, int]] = []
-    for path in _variant_files(variant):
-        rel = path.relative_to(variant).as_posix()
+    for path in built.files():
+        rel = path.relative_to(built.path).as_posix()
         mode = 0o755 if path.suffix in (".so", ".pyd", ".dylib") else 0o644  # not the cache's modes
         entries.append((f"{module}/{rel}", path.read_bytes(), mode))
     entries.append((f"{dist_info}/METADATA", metadata_text.encode(), 0o644))
@@ -211,12 +188,12 @@ def build_wheel(variant: Path, out_dir: Path) -> Path:
     return target
 
 
-def kernel_depends_note(variant: Path) -> str | None:
-    deps = read_metadata(variant).get("kernel-depends") or []
+def kernel_depends_note(built: BuiltVariant) -> str | None:
+    deps = built.metadata.kernel_depends
     if not deps:
         return None
     names = ", ".join(str(d.get("repo-id", d)) for d in deps)
-    return (f"{variant.name}: kernel-depends ({names}) cannot be expressed as wheel requirements; "
+    return (f"{built.name}: kernel-depends ({names}) cannot be expressed as wheel requirements; "
             "load those kernels with `kernels`")
 
 
@@ -275,12 +252,13 @@ def to_wheels(source: Path | None, *, out: Path, repo_id: str | None = None,
     failures: list[BuildError] = []
     for v in variants:
         try:
-            path = build_wheel(v, out)
+            built = BuiltVariant.load(v)
+            path = build_wheel(built, out)
         except BuildError as e:  # a broken variant is reported, the others still packaged
             failures.append(e)
             warn(f"skipping {v.name}: {e}")
             continue
-        note = kernel_depends_note(v)
+        note = kernel_depends_note(built)
         if note:
             warn(note)
         log(f"{v.name} -> {path}")

@@ -2,82 +2,57 @@
 
 from __future__ import annotations
 
-import base64
 import errno
-import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
 
 from .. import __version__
+from ..core.built import BuiltVariant, digest_files
 from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
+from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
+                             LocalBuild, Provenance, VariantMetadata)
 from . import deps
 from .plan import VariantPlan
 
-DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
 
-
-def digest_files(variant: Path) -> dict[str, str]:
-    """sha256 (base64) of every file of the variant but its top-level metadata and bytecode."""
-    files = {}
-    for path in sorted(variant.rglob("*")):
-        rel = path.relative_to(variant).as_posix()
-        if (not path.is_file() or rel in DIGEST_EXCLUDED or "__pycache__" in path.parts
-                or path.suffix == ".pyc"):
-            continue
-        files[rel] = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
-    return files
-
-
-def provenance(plan: VariantPlan) -> dict:
-    builder = {"version": __version__}
+def provenance(plan: VariantPlan) -> Provenance:
     tools_git = git_state(Path(__file__).resolve().parent)
-    if tools_git:
-        builder.update(commit=tools_git.commit, dirty=tools_git.dirty)
-    result: dict = {"kernel-builder": builder}
-    if plan.git:
-        result["kernel"] = {"commit": plan.git.commit, "dirty": plan.git.dirty}
+    builder = (BuilderGit(version=__version__, commit=tools_git.commit, dirty=tools_git.dirty)
+               if tools_git else BuilderGit(version=__version__))
     env = environment_provenance(plan.torch.python if plan.torch else None,
                                  plan.cuda.root if plan.cuda else None)
-    if env:  # a matrix environment: its name and the hashes of the locks it was realised from
-        result["environment"] = env
     used = deps.provenance(plan) if plan.compiled else []
-    if used:  # the header trees compiled in, and any substitution (--cutlass-substitute)
-        result["dependencies"] = [{k: v for k, v in d.items() if v is not None} for d in used]
-    if plan.local_capabilities:  # --cuda-capabilities: never published (check refuses it)
-        result["local-build"] = {"cuda-capabilities": list(plan.local_capabilities)}
-    return result
+    return Provenance(
+        kernel_builder=builder,
+        **({"kernel": KernelGit(commit=plan.git.commit, dirty=plan.git.dirty)} if plan.git else {}),
+        # a matrix environment: its name and the hashes of the locks it was realised from
+        **({"environment": Environment.model_validate(env)} if env else {}),
+        # the header trees compiled in, and any substitution (--cutlass-substitute)
+        **({"dependencies": [Dependency.model_validate({k: v for k, v in d.items() if v is not None})
+                             for d in used]} if used else {}),
+        # --cuda-capabilities: never published (check refuses it)
+        **({"local_build": LocalBuild(cuda_capabilities=list(plan.local_capabilities))}
+           if plan.local_capabilities else {}))
 
 
-def metadata(plan: VariantPlan, variant: Path) -> dict:
+def metadata(plan: VariantPlan, variant: Path) -> VariantMetadata:
+    """The metadata of the variant staged at `variant` (its files are digested)."""
     general = plan.manifest.general
-    python_depends = list(general.python_depends)
-    kernel_depends = list(general.kernel_depends)
-    if plan.backend == "cuda":
-        python_depends += general.cuda.python_depends
-        kernel_depends += general.cuda.kernel_depends
-    backend: dict = {"type": plan.backend}
-    if plan.backend in ("cuda", "rocm") and plan.archs:
-        backend["archs"] = plan.archs
-    meta: dict = {
-        "name": general.name,
-        "id": plan.kernel_id,
-        "version": general.version,
-        "license": general.license,
-        "python-depends": python_depends,
-        "kernel-depends": [d.model_dump(by_alias=True, exclude_none=True) for d in kernel_depends],
-        "backend": backend,
-    }
-    for key in ("upstream", "source"):
-        if getattr(general, key):
-            meta[key] = getattr(general, key)
-    meta["digest"] = {"algorithm": "sha256", "files": digest_files(variant)}
-    meta["provenance"] = provenance(plan)
-    return meta
+    backend = BackendInfo(type=plan.backend, **(
+        {"archs": plan.archs} if plan.backend.needs.archs_key and plan.archs else {}))
+    sources = {k: getattr(general, k) for k in ("upstream", "source") if getattr(general, k)}
+    return VariantMetadata(
+        name=general.name, id=plan.kernel_id, version=general.version, license=general.license,
+        python_depends=general.python_depends_for(plan.backend),
+        kernel_depends=[d.model_dump(by_alias=True, exclude_none=True)
+                        for d in general.kernel_depends_for(plan.backend)],
+        backend=backend, **sources,
+        digest=Digest(algorithm="sha256", files=digest_files(variant)),
+        provenance=provenance(plan))
 
 
 def _ships(rel: str, data_exts: set[str]) -> bool:
@@ -154,13 +129,12 @@ def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) ->
             _copy(so, staging / so.name)
             os.chmod(staging / so.name, 0o755)
         meta = metadata(plan, staging)
-        meta_path = staging / METADATA
-        text = json.dumps(meta, indent=2, sort_keys=False) + "\n"
         try:
-            meta_path.write_text(text)
+            BuiltVariant.write(staging, meta)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise BuildError("disk full: no space left to write this file", file=meta_path,
+                raise BuildError("disk full: no space left to write this file",
+                                 file=staging / METADATA,
                                  hint="free space on that file system and build again") from None
             raise
     except BaseException:
@@ -170,10 +144,10 @@ def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) ->
 
 
 def same_content(a: Path, b: Path) -> bool:
-    if not (a / METADATA).is_file() or not (b / METADATA).is_file():
+    (built_a, _), (built_b, _) = BuiltVariant.read(a), BuiltVariant.read(b)
+    if built_a is None or built_b is None:
         return False
-    ma, mb = (json.loads((p / METADATA).read_text()) for p in (a, b))
-    return ma == mb and digest_files(a) == digest_files(b)
+    return built_a.metadata == built_b.metadata and built_a.digest() == built_b.digest()
 
 
 def install(staging: Path, build_dir: Path, name: str) -> bool:

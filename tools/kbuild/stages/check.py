@@ -9,15 +9,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from ..core.backend import Backend
+from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.runner import capture
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
-from ..core.metadata import read as read_metadata
 from . import binary
-from .assemble import digest_files
 
-REQUIRED_KEYS = ("name", "id", "version", "license", "python-depends", "kernel-depends", "backend")
 MANYLINUX = "manylinux_2_28"
 PYTHON_ABI = "3.9"
 HEX_COMMIT = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
@@ -75,16 +74,16 @@ def abi_problems(so: Path) -> list[Problem]:
     return problems
 
 
-def code_problems(so: Path, backend: str, archs: list[str], stable: bool) -> list[Problem]:
+def code_problems(so: Path, backend: Backend, archs: list[str], stable: bool) -> list[Problem]:
     """The binary against its promises: GPU code for every declared capability (CUDA fat binary,
     HIP offload bundles) and, for a stable-ABI variant, no torch C++ API symbol."""
     problems: list[Problem] = []
-    if backend == "cuda" and archs:
+    if backend == Backend.CUDA and archs:
         codes = binary.cuda_code(so)
         have = ", ".join(c.name for c in codes) or "none"
         problems += [Problem("code.capability", f"{so.name}: {p} (the fat binary holds {have})")
                      for p in binary.cuda_coverage_problems(codes, archs)]
-    elif backend == "rocm" and archs:
+    elif backend == Backend.ROCM and archs:
         targets, compressed = binary.rocm_targets(so)
         if not compressed:
             problems += [Problem("code.capability", f"{so.name}: {p}")
@@ -116,14 +115,13 @@ def verify_build(plan, so: Path) -> None:
     if stamp.is_file() and stamp.read_text() == fingerprint:
         return
     lib_dirs = [Path(plan.torch.lib_dir)] + ([Path(plan.cuda.cudart).parent] if plan.cuda else [])
-    stable = Variant.parse(plan.name).framework == "torch-stable-abi"
     problems = unresolved_problems(so, lib_dirs)
-    problems += code_problems(so, plan.backend, plan.archs, stable)
+    problems += code_problems(so, plan.backend, plan.archs, plan.stable_abi is not None)
     if problems:
         code = problems[0].code
         hint, key = {
             "link.unresolved": ("define it in a kernel of this backend, or guard its use (e.g. "
-                                f"#ifdef {plan.backend.upper()}_KERNEL)", None),
+                                f"#ifdef {plan.backend.kernel_define})", None),
             "code.capability": ("compile for the capability or drop it from cuda-capabilities",
                                 "cuda-capabilities"),
             "abi.torch-stable": ("use only torch/csrc/stable/ APIs, or remove torch.stable-abi",
@@ -132,10 +130,16 @@ def verify_build(plan, so: Path) -> None:
     stamp.write_text(fingerprint)
 
 
-def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
-    compiled = not variant.name.startswith("torch-") or variant.name.startswith("torch-stable-abi")
-    problems = [Problem("metadata.missing-key", f"metadata.json: missing required key `{k}`")
-                for k in REQUIRED_KEYS if k not in meta]
+def _parsed(built: BuiltVariant) -> Variant | None:
+    try:
+        return Variant.parse(built.name)
+    except VariantError:
+        return None  # layout_problems reports the name
+
+
+def metadata_problems(built: BuiltVariant) -> list[Problem]:
+    meta, parsed = built.metadata, _parsed(built)
+    problems: list[Problem] = []
     try:
         from kernels._rust import Metadata
     except ImportError:
@@ -145,42 +149,36 @@ def metadata_problems(variant: Path, meta: dict) -> list[Problem]:
         problems.append(Problem("metadata.loader", f"the kernels loader cannot be imported: {exc}"))
     if Metadata is not None:
         try:
-            Metadata.read_from_file(variant / METADATA)
+            Metadata.read_from_file(built.path / METADATA)
         except Exception as exc:  # the loader's own parser is the judge
             problems.append(Problem("metadata.rejected", f"metadata.json: rejected by the kernels loader: {exc}"))
-    prov = _object(meta.get("provenance"))
-    for part in ("kernel-builder", "kernel"):
-        commit = _object(prov.get(part)).get("commit")
-        if commit is not None and not (isinstance(commit, str) and HEX_COMMIT.match(commit)):
+    prov = meta.provenance
+    commits = {"kernel-builder": prov.kernel_builder.commit if prov else None,
+               "kernel": prov.kernel.commit if prov and prov.kernel else None}
+    for part, commit in commits.items():
+        if commit is not None and not HEX_COMMIT.match(commit):
             problems.append(Problem("metadata.provenance", f"metadata.json: provenance.{part}.commit "
                                                               f"{commit!r} is not a full hex id"))
-    local = _object(prov.get("local-build"))
+    local = prov.local_build if prov else None
     if local:
-        caps = ", ".join(map(str, local.get("cuda-capabilities") or [])) or "this machine"
+        caps = ", ".join(local.cuda_capabilities) or "this machine"
         problems.append(Problem("metadata.local-build", f"metadata.json: a local build for CUDA "
                                 f"capabilities {caps} only (--cuda-capabilities); build without "
                                 "it to publish"))
-    backend = _object(meta.get("backend"))
-    if compiled and backend.get("type") in ("cuda", "rocm") and not backend.get("archs"):
+    compiled = parsed is None or not parsed.is_noarch
+    if compiled and meta.backend.type.needs.archs_key and not meta.backend.archs:
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
     return problems
 
 
-def _object(value: object) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def digest_problems(variant: Path, meta: dict) -> list[Problem]:
-    digest = meta.get("digest")
-    if not digest:
+def digest_problems(built: BuiltVariant) -> list[Problem]:
+    digest = built.metadata.digest
+    if digest is None:
         return [Problem("digest.missing", "metadata.json: no `digest`")]
-    if not isinstance(digest, dict) or not isinstance(digest.get("files"), dict):
-        return [Problem("digest.shape", "metadata.json: `digest` must be an object with "
-                        "`algorithm` and `files` (an object of path: hash)")]
-    if digest.get("algorithm") != "sha256":
+    if digest.algorithm != "sha256":
         return [Problem("digest.algorithm", "metadata.json: unsupported digest algorithm "
-                        f"{digest.get('algorithm')!r}")]
-    expected, actual = digest["files"], digest_files(variant)
+                        f"{digest.algorithm!r}")]
+    expected, actual = digest.files, built.digest()
     problems = [Problem("digest.file-missing", f"digest: {p} is missing")
                 for p in sorted(expected.keys() - actual.keys())]
     problems += [Problem("digest.file-extra", f"digest: {p} is not in the digest")
@@ -190,8 +188,9 @@ def digest_problems(variant: Path, meta: dict) -> list[Problem]:
     return problems
 
 
-def layout_problems(variant: Path, meta: dict) -> list[Problem]:
+def layout_problems(built: BuiltVariant) -> list[Problem]:
     problems: list[Problem] = []
+    variant, meta = built.path, built.metadata
     try:
         parsed = Variant.parse(variant.name)
     except VariantError as e:
@@ -203,31 +202,27 @@ def layout_problems(variant: Path, meta: dict) -> list[Problem]:
     problems += [Problem(BYTECODE, f"layout: {p.relative_to(variant)} must not be shipped")
                  for p in junk]
     sos = sorted(variant.glob("*.so"))
-    kid = meta.get("id", "")
+    kid = meta.id
     if parsed.is_noarch:
         problems += [Problem("layout.so", f"layout: noarch variant contains {s.name}") for s in sos]
     elif [s.name for s in sos] != [f"{kid}.abi3.so"]:
         problems.append(Problem("layout.so", f"layout: expected exactly {kid}.abi3.so, "
                                             f"found {[s.name for s in sos]}"))
-    if meta.get("backend", {}).get("type") != parsed.backend:
-        problems.append(Problem("layout.backend", f"layout: folder {variant.name} is a {parsed.backend} "
-                                "variant but metadata says "
-                                f"{meta.get('backend', {}).get('type')!r}"))
-    name = meta.get("name", "")
+    if meta.backend.type != parsed.backend:
+        problems.append(Problem("layout.backend", f"layout: folder {variant.name} is a "
+                                f"{parsed.backend or parsed.compute} variant but metadata says {meta.backend.type!r}"))
+    name = meta.name
     if kid and not kid.startswith(f"_{name.replace('-', '_')}_"):
         problems.append(Problem("metadata.id", f"metadata.json: id {kid!r} does not start with "
                                              f"_{name.replace('-', '_')}_"))
     return problems
 
 
-def variant_code_problems(variant: Path, meta: dict, so: Path) -> list[Problem]:
-    try:
-        parsed = Variant.parse(variant.name)
-    except VariantError:
-        return []  # layout_problems reports the name
-    backend = meta.get("backend") if isinstance(meta.get("backend"), dict) else {}
-    archs = backend.get("archs") if isinstance(backend.get("archs"), list) else []
-    return code_problems(so, parsed.backend, [a for a in archs if isinstance(a, str)],
+def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
+    parsed = _parsed(built)
+    if parsed is None or parsed.backend is None:
+        return []
+    return code_problems(so, parsed.backend, built.metadata.backend.archs or [],
                          parsed.framework == "torch-stable-abi")
 
 
@@ -242,19 +237,23 @@ def probe_load(variant: Path, python: str | None) -> dict:
 
 
 def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
-    report = CheckReport(variant.name)
-    meta, unreadable = read_metadata(variant)
-    if meta is None:  # missing, not JSON, or of the wrong shape: the checks below read it
-        report.problems += [Problem(p.code, p.message) for p in unreadable]
-        return report
-    report.problems += metadata_problems(variant, meta)
-    report.problems += digest_problems(variant, meta)
-    report.problems += layout_problems(variant, meta)
-    for so in sorted(variant.rglob("*.so")):
+    """The report of the variant folder `variant`, readable or not."""
+    built, unreadable = BuiltVariant.read(variant)
+    if built is None:  # missing, not JSON, or of the wrong shape: the checks read it
+        return CheckReport(variant.name, [Problem(p.code, p.message) for p in unreadable])
+    return check_built(built, python=python, load=load)
+
+
+def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = True) -> CheckReport:
+    report = CheckReport(built.name)
+    report.problems += metadata_problems(built)
+    report.problems += digest_problems(built)
+    report.problems += layout_problems(built)
+    for so in sorted(built.path.rglob("*.so")):
         report.problems += abi_problems(so)
-        report.problems += variant_code_problems(variant, meta, so)
+        report.problems += variant_code_problems(built, so)
     if load and not report.problems:
-        result = probe_load(variant, python)
+        result = probe_load(built.path, python)
         if result["loadable"]:
             report.loaded = True
             report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")

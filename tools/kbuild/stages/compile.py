@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import run_logged
 from .plan import VariantPlan
@@ -98,7 +99,7 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
     units = [(len([s for s in k.src if s.endswith(".cu")]), len(plan.kernel_archs.get(n, [])))
-             for n, k in plan.kernels.items() if k.backend == "cuda"]
+             for n, k in plan.kernels.items() if k.backend == Backend.CUDA]
     cuda_files = sum(n for n, _ in units)
     archs = max((a for n, a in units if n), default=1)
     threads = _env_int(NVCC_THREADS_VAR)

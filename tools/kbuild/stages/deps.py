@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST
 from ..core.runner import capture
@@ -112,7 +113,7 @@ RELEASES = (
 )
 CUTLASS = {"cutlass_{}_{}".format(*r.minor): r for r in RELEASES}
 # Dependencies of backends this builder does not compile.
-OTHER_BACKENDS = {"sycl_tla": "xpu", "metal-cpp": "metal", "cutlass_sycl": "xpu"}
+OTHER_BACKENDS = {"sycl_tla": Backend.XPU, "metal-cpp": Backend.METAL, "cutlass_sycl": Backend.XPU}
 NOT_PROVISIONED = {"torch"}  # handled by the build itself
 CUTLASS_NAME = re.compile(r"cutlass_(\d+)_(\d+)")
 

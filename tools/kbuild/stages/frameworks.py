@@ -10,16 +10,15 @@ refused; a stable-ABI project never silently becomes a `torchXY` variant.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST
 from ..core.manifest import Manifest
 from ..core.variant import Variant
 
 STABLE_MIN = (2, 9)  # the first torch with a stable C API for extensions
-_VERSION = re.compile(r"^(\d+)\.(\d+)$")
 
 
 def refuse_unbuildable(manifest: Manifest, project: Path) -> None:
@@ -31,24 +30,15 @@ def refuse_unbuildable(manifest: Manifest, project: Path) -> None:
                               "to a [torch] section")
 
 
-def stable_abi_version(manifest: Manifest, backend: str, project: Path) -> tuple[int, int] | None:
+def stable_abi_version(manifest: Manifest, backend: Backend, project: Path) -> tuple[int, int] | None:
     """The stable-ABI version `backend` targets, or None for a regular torch build."""
-    torch = getattr(manifest, "torch", None)
-    value = getattr(torch, "stable_abi", None) if torch is not None else None
-    if value is None:
+    text = manifest.stable_abi_for(backend)  # "MAJOR.MINOR", as the manifest normalised it
+    if text is None:
         return None
-    key = "torch.stable-abi"
-    if isinstance(value, dict):
-        key = f"torch.stable-abi.{backend}"
-        value = value.get(backend)
-        if value is None:
-            return None
-    text = str(value)
-    m = _VERSION.match(text)
-    if not m:
-        raise BuildError(f"{text!r} is not a torch version", file=project / MANIFEST, key=key,
-                         hint='write the stable-ABI version as "MAJOR.MINOR", e.g. "2.9"')
-    version = (int(m[1]), int(m[2]))
+    per_backend = isinstance(manifest.torch.stable_abi, dict)  # type: ignore[union-attr]
+    key = f"torch.stable-abi.{backend}" if per_backend else "torch.stable-abi"
+    major, minor = text.split(".")
+    version = (int(major), int(minor))
     if version < STABLE_MIN:
         raise BuildError(f"torch has no stable ABI before {STABLE_MIN[0]}.{STABLE_MIN[1]}",
                          file=project / MANIFEST, key=key,
@@ -74,16 +64,7 @@ def apply(plan):
                          f"{version[0]}.{version[1]} this project targets",
                          file=plan.project / MANIFEST, key="torch.stable-abi",
                          hint="build with a newer torch, or lower torch.stable-abi")
-    regular = Variant.parse(plan.name)
-    stable = Variant.torch(version, regular.backend, cpu=regular.cpu, os=regular.os,
+    regular = plan.variant
+    stable = Variant.torch(version, plan.backend, cpu=regular.cpu, os=regular.os,
                            backend_version=regular.backend_version, framework="torch-stable-abi")
-    return dataclasses.replace(plan, name=stable.name)
-
-
-def is_stable(plan) -> bool:
-    return Variant.parse(plan.name).framework == "torch-stable-abi"
-
-
-def plan_stable_version(plan) -> tuple[int, int] | None:
-    v = Variant.parse(plan.name)
-    return v.version if v.framework == "torch-stable-abi" else None
+    return dataclasses.replace(plan, variant=stable)

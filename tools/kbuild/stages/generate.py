@@ -17,6 +17,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
 from . import deps, frameworks
@@ -121,7 +122,8 @@ def cmake_arch(cap: str) -> str:
 
 def torch_libs(plan: VariantPlan) -> list[str]:
     lib = Path(plan.torch.lib_dir)
-    names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"] if plan.backend == "cuda" else [])
+    names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"]
+                                             if plan.backend == Backend.CUDA else [])
     libs = [str(lib / f"lib{n}.so") for n in names]
     return libs + ([plan.cuda.cudart] if plan.cuda else [])
 
@@ -133,12 +135,12 @@ def mentions_extension_name(files: list[Path]) -> bool:
 def backend_definitions(plan: VariantPlan) -> list[str]:
     """What upstream defines for every source of a variant: `<BACKEND>_KERNEL`, and `USE_CUDA=1`
     for CUDA (its preamble.cmake)."""
-    return [f"{plan.backend.upper()}_KERNEL"] + (["USE_CUDA=1"] if plan.backend == "cuda" else [])
+    return [plan.backend.kernel_define] + (["USE_CUDA=1"] if plan.backend == Backend.CUDA else [])
 
 
 def torch_definitions(plan: VariantPlan) -> list[str]:
     defs = ["Py_LIMITED_API=0x03090000", f"_GLIBCXX_USE_CXX11_ABI={int(plan.torch.cxx11_abi)}"]
-    stable = frameworks.plan_stable_version(plan)
+    stable = plan.stable_abi
     if stable:
         defs.append(f"TORCH_TARGET_VERSION={frameworks.target_version_hex(stable)}")
     return defs
@@ -225,7 +227,7 @@ def plan_cmake(plan: VariantPlan) -> str:
     for name, kernel in plan.kernels.items():
         includes[name] = ([str(project / d) for d in kernel.include] + common_includes
                           + dep_includes.get(name, []))
-        if plan.cuda and kernel.backend == "cuda":
+        if plan.cuda and kernel.backend == Backend.CUDA:
             includes[name] += plan.cuda.include_dirs
             env_dirs = ([torch.site_packages, torch.python_include, *torch_includes]
                         if "torch" in kernel.depends else [])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import manifest as manifest_mod
+from ..core.backend import Backend
 from ..core.layout import Layout
 from ..core.locking import locked
 from . import frameworks, pyops
@@ -19,6 +20,7 @@ from .compile import compile_variant, split
 from .generate import generate
 from .loadcheck import check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
+from .toolchain import Toolkit
 from .torch_install import TorchInstall, read_torch_install
 
 Log = Callable[[str], None]
@@ -83,11 +85,11 @@ def _compile_progress(plan: VariantPlan, on_step: OnStep, detail: str = ""):
     return progress
 
 
-def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[str]:
+def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None) -> list[Backend]:
     """A CUDA torch builds the `cuda` variant, a CPU torch the `cpu` one (if listed)."""
     if manifest.is_noarch:
         return list(manifest.general.backends)
-    want = "cuda" if torch and torch.cuda else "cpu"
+    want = Backend.CUDA if torch and torch.cuda else Backend.CPU
     return [want] if want in manifest.general.backends else [manifest.general.backends[0]]
 
 
@@ -125,7 +127,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          warn: Log | None = None, on_step: OnStep | None = None,
+          toolkit: Toolkit = Toolkit(), warn: Log | None = None, on_step: OnStep | None = None,
           local_capabilities: list[str] | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
@@ -135,15 +137,16 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     if on_step:
         on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
-    return [plan_variant(project, manifest, torch, b, local_capabilities=local_capabilities)
+    return [plan_variant(project, manifest, torch, b, toolkit=toolkit,
+                         local_capabilities=local_capabilities)
             for b in backends or default_backends(manifest, torch)]
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
-          build_dir: Path | None = None, jobs: int | None = None,
+          toolkit: Toolkit = Toolkit(), build_dir: Path | None = None, jobs: int | None = None,
           warn: Log | None = None, on_step: OnStep | None = None,
           verify: bool = True, local_capabilities: list[str] | None = None) -> list[BuildResult]:
     build_dir = Layout.of(project, build_dir).build_dir
     return [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify)
-            for p in plans(project, backends=backends, python=python, warn=warn, on_step=on_step,
-                           local_capabilities=local_capabilities)]
+            for p in plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
+                           on_step=on_step, local_capabilities=local_capabilities)]

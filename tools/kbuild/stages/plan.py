@@ -1,4 +1,4 @@
-"""Stage 2: manifest + environment → the plan of one variant (name, id, kernels, archs)."""
+"""Stage 2: manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from ..core.backend import COMPILED_BACKENDS, Backend
 from ..core.errors import BuildError
 from ..core.gitinfo import GitState, build_uid
 from ..core.layout import MANIFEST, TORCH_EXT
 from ..core.manifest import Kernel, Manifest, inside
 from ..core.variant import Variant
 from . import frameworks
-from .toolchain import CudaToolkit, find_cuda
+from .toolchain import CudaToolkit, Toolkit, find_cuda
 from .torch_install import TorchInstall
 
 # Default capabilities by toolkit (kernel-builder's lists).
@@ -23,19 +24,18 @@ DEFAULT_CAPS = [
                        "12.0+PTX"]),
     (Version("0"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"]),
 ]
-COMPILED_BACKENDS = ("cpu", "cuda")
 
 
 def default_capabilities(cuda: Version) -> list[str]:
     return next(caps for floor, caps in DEFAULT_CAPS if cuda >= floor)
 
 
-def variant_of(torch: TorchInstall, backend: str, cuda: Version | None = None) -> Variant:
+def variant_of(torch: TorchInstall, backend: Backend, cuda: Version | None = None) -> Variant:
     if backend not in COMPILED_BACKENDS:
         raise BuildError(f"backend {backend!r} cannot be compiled here yet",
                          hint=f"supported: {', '.join(COMPILED_BACKENDS)}")
     toolkit = None
-    if backend == "cuda":
+    if backend == Backend.CUDA:
         v = cuda or Version(torch.cuda or "0")
         toolkit = (v.major, v.minor)
     release = torch.torch_release
@@ -47,15 +47,23 @@ def variant_of(torch: TorchInstall, backend: str, cuda: Version | None = None) -
 class VariantPlan:
     project: Path
     manifest: Manifest
-    backend: str
+    variant: Variant
     torch: TorchInstall | None  # the target interpreter's torch (None: noarch)
-    name: str
     uid: str
     git: GitState | None
     kernels: dict[str, Kernel] = field(default_factory=dict)
     cuda: CudaToolkit | None = None
     kernel_archs: dict[str, list[str]] = field(default_factory=dict)
     local_capabilities: tuple[str, ...] | None = None  # a build for this machine's GPU only
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def backend(self) -> Backend:
+        assert self.variant.backend is not None  # only `torch-universal` has none; never planned
+        return self.variant.backend
 
     @property
     def module_name(self) -> str:
@@ -69,13 +77,26 @@ class VariantPlan:
     def archs(self) -> list[str]:
         """All capabilities of the variant, for metadata (sorted numerically)."""
         caps = {c for archs in self.kernel_archs.values() for c in archs}
-        if self.backend != "cuda":
+        if self.backend != Backend.CUDA:
             return sorted(caps)  # e.g. ROCm gfx names
         return sorted(caps, key=lambda c: (Version(c.split("+")[0].rstrip("af")), c))
 
     @property
     def compiled(self) -> bool:
-        return not self.manifest.is_noarch
+        return not self.variant.is_noarch
+
+    @property
+    def stable_abi(self) -> tuple[int, int] | None:
+        """The torch version a stable-ABI variant targets; None for a regular one."""
+        return self.variant.version if self.variant.framework == "torch-stable-abi" else None
+
+
+def listed_backend(manifest: Manifest, backend: Backend | str, project: Path) -> Backend:
+    """`backend` (as the command line names it) when the manifest lists it."""
+    if backend not in manifest.general.backends:
+        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
+                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    return Backend(backend)
 
 
 def input_files(project: Path, manifest: Manifest) -> list[Path]:
@@ -112,7 +133,7 @@ def _check_bounds(value: Version, lo: str | None, hi: str | None, *, what: str, 
                          key=f"{key}.maxver", hint="use an older environment or raise maxver")
 
 
-def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
+def _check_buildable(manifest: Manifest, backend: Backend, project: Path) -> None:
     """Refuses, naming the key, what this builder cannot compile (yet)."""
     path = project / MANIFEST
     if backend not in COMPILED_BACKENDS:
@@ -122,14 +143,15 @@ def _check_buildable(manifest: Manifest, backend: str, project: Path) -> None:
     frameworks.refuse_unbuildable(manifest, project)
 
 
-def variant_kernels(manifest: Manifest, backend: str, cuda: Version | None) -> dict[str, Kernel]:
+def variant_kernels(manifest: Manifest, backend: Backend, cuda: Version | None) -> dict[str, Kernel]:
     """The kernels a variant compiles: `kernels_for(backend)`, less the CUDA kernels whose
     cuda-minver/cuda-maxver exclude the toolkit."""
     kernels = manifest.kernels_for(backend)
     if cuda is None:
         return kernels
     toolkit = (cuda.major, cuda.minor)
-    return {n: k for n, k in kernels.items() if k.backend != "cuda" or k.in_cuda_range(toolkit)}
+    return {n: k for n, k in kernels.items()
+            if k.backend != Backend.CUDA or k.in_cuda_range(toolkit)}
 
 
 def _cap_version(cap: str) -> Version:
@@ -185,7 +207,7 @@ def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
                                   + ", ".join(sorted(supported, key=lambda s: Version(s.rstrip("af")))))
     result = {}
     for name, kernel in kernels.items():
-        if kernel.backend != "cuda":
+        if kernel.backend != Backend.CUDA:
             continue
         if not kernel.cuda_capabilities:
             result[name] = list(fallback)
@@ -204,44 +226,43 @@ def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
     return result
 
 
-def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: str, *,
+def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend, *,
+                 toolkit: Toolkit = Toolkit(),
                  local_capabilities: list[str] | None = None) -> VariantPlan:
-    """`local_capabilities`: compile CUDA kernels only for these (a build for the GPU at hand,
+    """`toolkit`: what the build environment provides (a realised matrix environment's CUDA).
+    `local_capabilities`: compile CUDA kernels only for these (a build for the GPU at hand,
     recorded in metadata so it is never published)."""
     project = project.resolve()
-    if backend not in manifest.general.backends:
-        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
-                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    backend = listed_backend(manifest, backend, project)
     _check_buildable(manifest, backend, project)
     if manifest.torch:
         _check_bounds(torch.torch_release, manifest.torch.minver, manifest.torch.maxver,
                       what="torch", key="torch", project=project)
     cuda = None
     kernel_archs: dict[str, list[str]] = {}
-    if backend == "cuda":
-        cuda = find_cuda(torch)
+    if backend == Backend.CUDA:
+        cuda = find_cuda(torch, toolkit)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
     kernels = variant_kernels(manifest, backend, cuda.version if cuda else None)
     if cuda:
         kernel_archs = cuda_archs(kernels, cuda, project, local_capabilities)
-    name = variant_of(torch, backend, cuda.version if cuda else None).name
+    variant = variant_of(torch, backend, cuda.version if cuda else None)
     uid, git = build_uid(project, input_files(project, manifest))
-    plan = VariantPlan(project=project, manifest=manifest, backend=backend, torch=torch, name=name,
-                       uid=uid, git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs,
+    plan = VariantPlan(project=project, manifest=manifest, variant=variant, torch=torch, uid=uid,
+                       git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs,
                        local_capabilities=tuple(local_capabilities) if cuda and local_capabilities
                        else None)
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 
-def plan_noarch(project: Path, manifest: Manifest, backend: str) -> VariantPlan:
+def plan_noarch(project: Path, manifest: Manifest, backend: Backend) -> VariantPlan:
     project = project.resolve()
-    if backend not in manifest.general.backends:
-        raise BuildError(f"backend {backend!r} is not listed", file=project / MANIFEST,
-                         key="general.backends", hint=f"add {backend!r} or build another backend")
+    backend = listed_backend(manifest, backend, project)
     uid, git = build_uid(project, input_files(project, manifest))
     noarch = manifest.torch_noarch
-    declared = {"cuda": noarch.cuda_capabilities, "rocm": noarch.rocm_archs}.get(backend)
+    key = backend.needs.archs_key  # cuda-capabilities, rocm-archs
+    declared = getattr(noarch, key) if key else None
     archs = {"noarch": list(declared)} if declared else {}
-    return VariantPlan(project=project, manifest=manifest, backend=backend, torch=None,
-                       name=Variant.noarch(backend).name, uid=uid, git=git, kernel_archs=archs)
+    return VariantPlan(project=project, manifest=manifest, variant=Variant.noarch(backend),
+                       torch=None, uid=uid, git=git, kernel_archs=archs)

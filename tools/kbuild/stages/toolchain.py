@@ -1,8 +1,9 @@
 """Stage 3: the compilers — the host C++ compiler, and the CUDA toolkit matching a torch.
 
-One finder for CUDA: the candidates are CUDA_HOME/CUDA_PATH/CUDA_ROOT, NVIDIA's toolkit wheels
-in the target environment, `nvcc` on PATH, /usr/local/cuda-X.Y and /usr/local/cuda; the first
-whose nvcc has the wanted major.minor wins.
+One finder for CUDA: the candidates are the toolkit the build environment provides (`Toolkit`:
+a realised matrix environment's, or `--cuda-home`), CUDA_HOME/CUDA_PATH/CUDA_ROOT, NVIDIA's
+toolkit wheels in the target environment, `nvcc` on PATH, /usr/local/cuda-X.Y and
+/usr/local/cuda; the first whose nvcc has the wanted major.minor wins.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from packaging.version import Version
 from ..core.errors import BuildError
 from ..core.runner import capture
 from .torch_install import TorchInstall
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """The toolkits a build environment provides, handed to the plan (never through os.environ).
+    None: found by the search alone."""
+
+    cuda_home: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,11 @@ def nvcc_version(nvcc: Path) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def nvcc_candidates(site_packages: str | None = None, want: Version | None = None) -> list[Path]:
+def nvcc_candidates(site_packages: str | None = None, want: Version | None = None,
+                    toolkit: Toolkit = Toolkit()) -> list[Path]:
     found: list[Path] = []
+    if toolkit.cuda_home is not None:
+        found.append(toolkit.cuda_home.absolute() / "bin" / "nvcc")
     for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
         if os.environ.get(var):
             found.append(Path(os.environ[var]).absolute() / "bin" / "nvcc")
@@ -95,10 +107,11 @@ def nvcc_candidates(site_packages: str | None = None, want: Version | None = Non
     return list(dict.fromkeys(found))
 
 
-def find_toolkit(want: Version, site_packages: str | None = None) -> tuple[CudaToolkit | None, list[str]]:
+def find_toolkit(want: Version, site_packages: str | None = None,
+                 toolkit: Toolkit = Toolkit()) -> tuple[CudaToolkit | None, list[str]]:
     """The first toolkit whose nvcc is CUDA `want` (major.minor), and what else was seen."""
     seen = []
-    for nvcc in nvcc_candidates(site_packages, want):
+    for nvcc in nvcc_candidates(site_packages, want, toolkit):
         if not nvcc.is_file():
             continue
         version = nvcc_version(nvcc)
@@ -113,20 +126,20 @@ def find_toolkit(want: Version, site_packages: str | None = None) -> tuple[CudaT
     return None, seen
 
 
-def find_cuda(torch: TorchInstall) -> CudaToolkit:
-    """The CUDA toolkit whose major.minor matches torch's CUDA runtime."""
+def find_cuda(torch: TorchInstall, toolkit: Toolkit = Toolkit()) -> CudaToolkit:
+    """The CUDA toolkit whose major.minor matches torch's CUDA runtime (`toolkit`'s first)."""
     if not torch.cuda:
         raise BuildError(f"torch {torch.torch_version} in {torch.python} is not a CUDA build",
                          hint="use an environment with a CUDA torch, or build --backend cpu")
     want = Version(torch.cuda)
-    toolkit, seen = find_toolkit(want, torch.site_packages)
-    if toolkit is None:
+    found, seen = find_toolkit(want, torch.site_packages, toolkit)
+    if found is None:
         raise BuildError(
             f"no nvcc {want.major}.{want.minor} found for torch {torch.torch_version} (CUDA {torch.cuda})"
             + (f"; found {', '.join(seen)}" if seen else ""),
             hint=f"install CUDA {want.major}.{want.minor} and set CUDA_HOME, or pip install "
                  f"the nvidia-cuda-nvcc wheel of that version into the environment")
-    return toolkit
+    return found
 
 
 def find_cxx() -> str:

@@ -14,7 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kbuild import __version__
-from kbuild.stages import pipeline
+from kbuild.stages import devtest, pipeline
 from kbuild.cli import app
 from kbuild.cli import build as build_cli
 from kbuild.core.errors import BuildError
@@ -91,8 +91,8 @@ def test_off_terminal_width_follows_columns(monkeypatch):
 def test_dev_passes_everything_after_double_dash_to_pytest(tree, monkeypatch):
     seen = {}
     monkeypatch.setattr(build_cli, "run_build", lambda project, *a, **k: seen.update(project=project))
-    monkeypatch.setattr(build_cli, "run_tests",
-                        lambda project, python, args: seen.update(args=args) or 0)
+    monkeypatch.setattr(devtest, "run_tests",
+                        lambda project, python, args, **kw: seen.update(args=args) or 0)
     (tree / "tests").mkdir()
     result = invoke("dev", "--", "-k", "x", "-x", cwd=tree / "csrc")
     assert result.exit_code == 0, result.output
@@ -112,7 +112,7 @@ def test_tracebacks_through_a_built_variant_point_at_torch_ext(tmp_path):
     variant.mkdir(parents=True)
     for name in ("__init__.py", "layers.py", "_ops.py", "metadata.json"):
         (variant / name).write_text("{}")
-    rewrite = build_cli.path_rewriter(build_cli.source_map(project, project / "build"))
+    rewrite = devtest.path_rewriter(devtest.source_map(project, project / "build"))
     src = project / "torch-ext" / "pk"
     assert rewrite(f'  File "{variant}/layers.py", line 3, in f\n') == \
         f'  File "{src}/layers.py", line 3, in f\n'

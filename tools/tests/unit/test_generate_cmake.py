@@ -151,7 +151,7 @@ def cuda_plan_of(project: Path):
     toolkit = CudaToolkit(nvcc=root / "bin" / "nvcc", version=Version("13.0"), root=root)
     toolkit.__dict__.update(include_dirs=[str(root / "include")], cudart=str(root / "libcudart.so"))
     plan = plan_of(project, name="torch213-cxx11-cu130-x86_64-linux")
-    return dataclasses.replace(plan, backend="cuda", cuda=toolkit,
+    return dataclasses.replace(plan, cuda=toolkit,
                                kernels=plan.manifest.kernels_for("cuda"),
                                kernel_archs={n: ["8.0"] for n, k in plan.manifest.kernel.items()
                                              if k.backend == "cuda"})

@@ -140,7 +140,7 @@ def test_kernels_outside_the_variant_are_not_provisioned(tmp_path, provisioned):
 def test_stable_abi_builds_a_stable_abi_variant(tmp_path):
     plan = frameworks.apply(plan_of(make_probe_project(tmp_path / "p", torch_extra={"stable-abi": "2.9"})))
     assert plan.name == "torch-stable-abi29-cpu-x86_64-linux"
-    assert frameworks.plan_stable_version(plan) == (2, 9)
+    assert plan.stable_abi == (2, 9) and plan.variant.framework == "torch-stable-abi"
     assert plan.kernel_id == "_probe_cpu_abc1234"
 
 

@@ -152,7 +152,7 @@ def strings_of(value):
 def plan_all(project: Path, m: manifest.Manifest) -> None:
     toolkit = fake_toolkit("13.0", ["7.5", "8.0", "8.6", "8.9", "9.0", "9.0a", "10.0", "10.0a",
                                     "10.0f", "12.0", "12.1"])
-    with mock.patch.object(plan, "find_cuda", lambda torch: toolkit):
+    with mock.patch.object(plan, "find_cuda", lambda torch, _: toolkit):
         for backend in m.general.backends:
             try:
                 if m.is_noarch:

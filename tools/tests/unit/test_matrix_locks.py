@@ -49,8 +49,9 @@ def test_committed_locks_match_pixi_toml():
 
 def test_default_matrix_is_ours_with_the_same_locks():
     ours, default = matrix.load(REPO), matrix._parse(matrix.DEFAULT_MATRIX, builtin=True)
-    fields = lambda e: (e.name, e.torch_version, e.torch_index, e.cuda, e.platforms, e.pypi_extra,
-                        e.toolkit_wheels)  # noqa: E731
+    def fields(e):
+        return (e.name, e.torch_version, e.torch_index, e.cuda, e.platforms, e.pypi_extra,
+                e.toolkit_wheels)
     assert [fields(e) for e in default.envs] == [fields(e) for e in ours.envs]
     mine = {p.relative_to(ours.locks): p.read_bytes() for p in ours.locks.rglob("*.toml")}
     shipped = {p.relative_to(default.locks): p.read_bytes() for p in default.locks.rglob("*.toml")}

@@ -18,7 +18,7 @@ ARCHS_126 = ["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "9.0a"]
 
 
 def cuda_plan(root: Path, monkeypatch, toolkit: str, archs: list[str]) -> plan.VariantPlan:
-    monkeypatch.setattr(plan, "find_cuda", lambda torch: fake_toolkit(toolkit, archs))
+    monkeypatch.setattr(plan, "find_cuda", lambda torch, toolkit_: fake_toolkit(toolkit, archs))
     torch = fake_torch("2.13.0", cuda=toolkit)
     return plan.plan_variant(root, manifest.load(root), torch, "cuda")
 

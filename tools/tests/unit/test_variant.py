@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from kernels.variants import parse_variant
 
+from kbuild.core.built import BuiltVariant
+from kbuild.core.metadata import BackendInfo, VariantMetadata
 from kbuild.stages.check import layout_problems
 from kbuild.stages.plan import variant_of
 from kbuild.stages.torch_install import TorchInstall
@@ -90,13 +92,21 @@ def test_planner_matrix_and_wheel_agree():
     assert wheel_tags(planned).local == "torch213cu130"
 
 
+def _built(folder: Path, backend: str) -> BuiltVariant:
+    return BuiltVariant(folder, VariantMetadata(
+        name="k", id="_k_x_1", version=1, license="mit", python_depends=[], kernel_depends=[],
+        backend=BackendInfo(type=backend)))
+
+
 def test_check_reads_names_through_the_model(tmp_path: Path):
     for name, backend in (("torch-stable-abi29-cu130-x86_64-linux", "cuda"),
                           ("torch210-metal-aarch64-darwin", "metal")):
         variant = tmp_path / name
         variant.mkdir()
-        problems = layout_problems(variant, {"backend": {"type": backend}, "id": "_k_x_1", "name": "k"})
+        problems = layout_problems(_built(variant, backend))
         assert not [p for p in problems if p.code == "layout.backend"], problems
+        other = [p for p in layout_problems(_built(variant, "cpu")) if p.code == "layout.backend"]
+        assert other == [f"layout: folder {name} is a {backend} variant but metadata says 'cpu'"]
     bad = tmp_path / "torch213-cxx11-gpu-x86_64-linux"
     bad.mkdir()
-    assert [p.code for p in layout_problems(bad, {})] == ["layout.name"]
+    assert [p.code for p in layout_problems(_built(bad, "cpu"))] == ["layout.name"]

@@ -14,10 +14,10 @@ from urllib.parse import urlsplit
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from pydantic import AfterValidator, Field, StrictInt, StrictStr
 
-# The backends upstream knows. Kernels are compiled only for some (see KERNEL_BACKENDS);
-# which ones this builder can compile is the planner's business, not the manifest's.
-BACKENDS = ("cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu")
-KERNEL_BACKENDS = ("cpu", "cuda", "metal", "rocm", "xpu")
+from ..backend import GENERAL_PYTHON_DEPENDS, Backend
+
+# The backends upstream knows, by name (the closed set and what each needs: core/backend.py).
+BACKENDS = tuple(Backend.names())
 # Every `depends` name upstream accepts (kernel-builder's Dependency enum, old and new), plus
 # the CUTLASS releases this builder provisions.
 KERNEL_DEPENDS = ("torch", "cutlass_2_10", "cutlass_3_5", "cutlass_3_6", "cutlass_3_8",
@@ -25,8 +25,9 @@ KERNEL_DEPENDS = ("torch", "cutlass_2_10", "cutlass_3_5", "cutlass_3_6", "cutlas
                   "cutlass_4_4", "cutlass_4_5", "cutlass_sycl", "sycl_tla", "metal-cpp")
 # Python dependencies upstream allows: `general` ones anywhere, the others only in the
 # `[general.<backend>]` table of their backend.
-PYTHON_DEPENDS = {"general": ("einops", "helion", "tvm-ffi"), "cuda": ("nvidia-cutlass-dsl",),
-                  "xpu": ("onednn",), "neuron": ("nki",), "tpu": ()}
+PYTHON_DEPENDS = {"general": GENERAL_PYTHON_DEPENDS,
+                  **{b.value: b.needs.python_depends for b in Backend
+                     if b.needs.python_depends is not None}}
 # Suffixes that a compiler turns into an object file; everything else in `src` (.h .hh .hpp
 # .cuh .inc …) is only included, so it may be shared freely between kernels.
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".cu", ".hip", ".m", ".mm", ".metal")

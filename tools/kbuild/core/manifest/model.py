@@ -13,12 +13,14 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidat
                       model_validator)
 from pydantic_core import PydanticCustomError
 
+from ..backend import KERNEL_BACKENDS, Backend
 from . import forms
 from .forms import (Capability, Dependency, Flag, GitRef, GitUrl, Int, License, Path,
                     ProjectName, PyExt, RepoId, RocmArch, Str, Version2, Version3)
 
-Backend = Literal["cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu"]
-KernelBackend = Literal["cpu", "cuda", "metal", "rocm", "xpu"]
+# A backend name, validated as one of the closed set and kept as its `Backend`.
+BackendName = Annotated[Literal[tuple(Backend.names())], AfterValidator(Backend)]
+KernelBackend = Annotated[Literal[tuple(Backend.names(KERNEL_BACKENDS))], AfterValidator(Backend)]
 DEFAULT_PYEXT = ["py", "pyi"]
 
 
@@ -128,9 +130,9 @@ class General(Model):
                                                "older editions, upgraded in memory.")
     license: License = Field(description="License identifier as the Hub spells it (e.g. "
                                          "\"apache-2.0\"). Required.")
-    backends: list[Backend] = Field(min_length=1, description="Backends the kernel supports: cann, "
-                                    "cpu, cuda, metal, neuron, rocm, tpu, xpu. Required. This "
-                                    "builder compiles cpu and cuda; noarch projects build any.")
+    backends: list[BackendName] = Field(min_length=1, description="Backends the kernel supports: "
+                                        + ", ".join(Backend.names()) + ". Required. This "
+                                        "builder compiles cpu and cuda; noarch projects build any.")
     upstream: GitUrl | None = Field(None, description="Git URL of the original kernel code, "
                                                       "recorded in metadata.json. Default: none.")
     source: GitUrl | None = Field(None, description="Git URL of this kernel project, recorded in "
@@ -159,12 +161,12 @@ class General(Model):
     def module_name(self) -> str:
         return self.name.replace("-", "_")
 
-    def python_depends_for(self, backend: str) -> list[str]:
+    def python_depends_for(self, backend: Backend) -> list[str]:
         """General Python dependencies plus those of `backend`'s table."""
         table = getattr(self, backend, None)
         return list(self.python_depends) + list(getattr(table, "python_depends", []))
 
-    def kernel_depends_for(self, backend: str) -> list[KernelDependency]:
+    def kernel_depends_for(self, backend: Backend) -> list[KernelDependency]:
         """General kernel dependencies plus those of `backend`'s table."""
         table = getattr(self, backend, None)
         return list(self.kernel_depends) + list(getattr(table, "kernel_depends", []))
@@ -250,14 +252,16 @@ class TvmFfi(Model):
 
 
 # Keys that only kernels of some backends take (cuda kernels take the ROCm keys for hipify).
-BACKEND_KEYS = {"cuda_capabilities": ("cuda",), "cuda_flags": ("cuda",), "cuda_minver": ("cuda",),
-                "cuda_maxver": ("cuda",), "rocm_archs": ("rocm", "cuda"),
-                "hip_flags": ("rocm", "cuda"), "sycl_flags": ("xpu",)}
+_CUDA, _ROCM_OR_CUDA = (Backend.CUDA,), (Backend.ROCM, Backend.CUDA)
+BACKEND_KEYS = {"cuda_capabilities": _CUDA, "cuda_flags": _CUDA, "cuda_minver": _CUDA,
+                "cuda_maxver": _CUDA, "rocm_archs": _ROCM_OR_CUDA, "hip_flags": _ROCM_OR_CUDA,
+                "sycl_flags": (Backend.XPU,)}
 
 
 class Kernel(Model):
-    backend: KernelBackend = Field(description="The kernel's backend: cpu, cuda, metal, rocm or "
-                                               "xpu. Required.")
+    backend: KernelBackend = Field(description="The kernel's backend: "
+                                   + ", ".join(Backend.names(KERNEL_BACKENDS)[:-1]) + " or "
+                                   + KERNEL_BACKENDS[-1] + ". Required.")
     depends: list[Dependency] = Field(description="Build dependencies: "
                                       + ", ".join(forms.KERNEL_DEPENDS) + ". Required (may be [])."
                                       " `torch` compiles the kernel with torch's headers.")
@@ -359,12 +363,12 @@ class Manifest(Model):
         """The compiled binding section ([torch] or [tvm-ffi]); None for noarch."""
         return self.torch or self.tvm_ffi
 
-    def stable_abi_for(self, backend: str) -> str | None:
+    def stable_abi_for(self, backend: Backend) -> str | None:
         """The stable-ABI torch version to target for `backend`, or None for the regular ABI."""
         abi = self.torch.stable_abi if self.torch else None
         return abi.get(backend) if isinstance(abi, dict) else abi
 
-    def kernels_for(self, backend: str) -> dict[str, Kernel]:
+    def kernels_for(self, backend: Backend) -> dict[str, Kernel]:
         """Kernels compiled into a variant: its backend's own (as upstream; a CPU kernel is part
         of the `cpu` variant only)."""
         return {n: k for n, k in self.kernel.items() if k.backend == backend}

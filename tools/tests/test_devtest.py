@@ -1,0 +1,50 @@
+"""`kbuild dev`'s test step (stages/devtest.py): pytest runs the project's tests/ in the target
+interpreter, its exit status is the step's, and a traceback through a built variant's file
+names the torch-ext/ file it was copied from."""
+
+from __future__ import annotations
+
+import sys
+
+from kbuild.stages import devtest, pipeline
+from kbuild_testing import make_project
+
+TEST = '''import importlib.util
+from pathlib import Path
+
+VARIANT = Path(__file__).resolve().parents[1] / "build" / "torch-cpu"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("demo", VARIANT / "__init__.py",
+                                                  submodule_search_locations=[str(VARIANT)])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_passes():
+    assert load().double(2) == 4
+
+
+def test_fails():
+    load().fail()
+'''
+INIT = "def double(x):\n    return 2 * x\n\n\ndef fail():\n    raise ValueError('from the kernel')\n"
+
+
+def test_failures_point_at_torch_ext_and_set_the_status(tmp_path):
+    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu"]')
+    (project / "torch-ext" / "demo" / "__init__.py").write_text(INIT)
+    (project / "tests").mkdir()
+    (project / "tests" / "test_demo.py").write_text(TEST)
+    pipeline.build(project)
+    lines: list[str] = []
+    code = devtest.run_tests(project, sys.executable, ["-p", "no:cacheprovider"], write=lines.append)
+    text = "".join(lines)
+    assert code == 1 and "1 failed, 1 passed" in text, text
+    assert "torch-ext/demo/__init__.py:6: ValueError" in text
+    assert "build/torch-cpu/__init__.py" not in text and str(project / "build") not in text
+    lines.clear()
+    assert devtest.run_tests(project, sys.executable, ["-p", "no:cacheprovider", "-k", "passes"],
+                             write=lines.append) == 0
