@@ -45,7 +45,7 @@ def cuda_toolkit(root: Path):
 
 
 def planned(project: Path, backend: str, monkeypatch) -> plan.VariantPlan:
-    monkeypatch.setattr(plan, "find_cuda", lambda torch: cuda_toolkit(project.parent))
+    monkeypatch.setattr(plan, "find_cuda", lambda torch, *a, **k: cuda_toolkit(project.parent))
     torch = fake_torch("2.14.1", cuda="13.0" if backend == "cuda" else None)
     return plan.plan_variant(project, manifest_mod.load(project), torch, backend)
 
