@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -11,7 +12,7 @@ from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
-from ..core.runner import run_logged
+from ..core.runner import capture, run_logged
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -138,9 +139,43 @@ Progress = Callable[[str, str], None]
 
 
 @dataclass(frozen=True)
+class CacheCounts:
+    """Compiler-cache hits and misses during one build (the cache's own counters; builds that
+    share its server at the same time are counted too)."""
+    tool: str
+    hits: int
+    misses: int
+
+    def __str__(self) -> str:
+        return f"compiler cache ({self.tool}): {self.hits} hits, {self.misses} misses"
+
+
+def cache_counts(launcher: str | None) -> CacheCounts | None:
+    """The cache's hit and miss counters now (sccache or ccache), or None."""
+    if not launcher:
+        return None
+    name = Path(launcher).name
+    try:
+        if "sccache" in name:
+            proc = capture([launcher, "--show-stats", "--stats-format", "json"], timeout=60)
+            stats = json.loads(proc.stdout)["stats"]
+            return CacheCounts("sccache", sum(stats["cache_hits"]["counts"].values()),
+                               sum(stats["cache_misses"]["counts"].values()))
+        if "ccache" in name:
+            proc = capture([launcher, "--print-stats"], timeout=60)
+            counts = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
+            hits = sum(int(counts.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
+            return CacheCounts("ccache", hits, int(counts.get("cache_miss", 0)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return None
+
+
+@dataclass(frozen=True)
 class Compiled:
     so: Path
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
+    cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
 
 
 def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
@@ -182,8 +217,13 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
+    launcher = compiler_launcher()
+    before = cache_counts(launcher)
     run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")
-    return Compiled(so, ninja_steps(build, since)[:SLOWEST])
+    after = cache_counts(launcher) if before else None
+    cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
+             if before and after else None)
+    return Compiled(so, ninja_steps(build, since)[:SLOWEST], cache)

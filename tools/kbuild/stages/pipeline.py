@@ -34,6 +34,7 @@ class BuildResult:
     changed: bool
     seconds: float
     slowest: tuple[tuple[str, float], ...] = ()  # this run's longest compile steps (source, s)
+    cache: str = ""  # this run's compiler-cache hits and misses, when a cache is in use
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,14 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
     with locked(Layout.of(plan.project).variant_work(plan.name).with_suffix(".lock")):
         step(Step(plan.name, "generate"))
         work = generate(plan)
-        so, slowest = None, ()
+        so, slowest, cache = None, (), ""
         if plan.compiled:
             how = split(plan, jobs)
             compiled = compile_variant(plan, work, jobs, _compile_progress(
                 plan, step, f"({how})") if on_step else None)
             so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
                                              for o, t in compiled.slowest)
+            cache = str(compiled.cache) if compiled.cache else ""
             verify_build(plan, so)
         step(Step(plan.name, "assemble"))
         staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
@@ -123,7 +125,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
             if staged.exists():
                 shutil.rmtree(staged, ignore_errors=True)
     return BuildResult(plan.name, build_dir / plan.name, plan.kernel_id, changed,
-                       time.monotonic() - start, slowest)
+                       time.monotonic() - start, slowest, cache)
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
