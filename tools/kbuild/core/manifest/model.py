@@ -19,8 +19,13 @@ from .forms import (Capability, Dependency, Flag, GitRef, GitUrl, Int, License, 
                     ProjectName, PyExt, RepoId, RocmArch, Str, Version2, Version3)
 
 # A backend name, validated as one of the closed set and kept as its `Backend`.
-BackendName = Annotated[Literal[tuple(Backend.names())], AfterValidator(Backend)]
-KernelBackend = Annotated[Literal[tuple(Backend.names(KERNEL_BACKENDS))], AfterValidator(Backend)]
+def _backend(name: str) -> Backend:
+    """A plain function: pydantic cannot read Enum's call signature on Python 3.12+."""
+    return Backend(name)
+
+
+BackendName = Annotated[Literal[tuple(Backend.names())], AfterValidator(_backend)]
+KernelBackend = Annotated[Literal[tuple(Backend.names(KERNEL_BACKENDS))], AfterValidator(_backend)]
 DEFAULT_PYEXT = ["py", "pyi"]
 
 
