@@ -177,6 +177,8 @@ def main() -> None:
         for name, src in projects(args.projects, args.corpus, tmp).items():
             print(f"{name}: building (kbuild cold, warm; cpp_extension cold) ...", flush=True)
             results["projects"][name] = bench(name, src, python, tmp / name, cores, sccache)
+            args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, kept
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{'project':12} {'archs':>5} {'kbuild cold':>12} {'warm':>7} {'cpp_ext':>8} "
           f"{'cold ratio':>10} {'warm ratio':>10}")
     for name, r in results["projects"].items():
