@@ -194,7 +194,7 @@ def trusted_uids() -> set[int]:
     return {os.geteuid(), 0}
 
 
-def _unsafe(st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
+def unsafe_reason(st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
     """Why a file or folder with this lstat result cannot be trusted, or None."""
     if stat.S_ISLNK(st.st_mode):
         return "it is a symbolic link"
@@ -206,7 +206,7 @@ def _unsafe(st: os.stat_result, *, sticky_ok: bool = False) -> str | None:
     return None
 
 
-def _make_dir(path: Path) -> None:
+def make_private_dir(path: Path) -> None:
     if not path.exists():
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(0o755)  # whatever the umask: only the owner writes the cache
@@ -215,11 +215,11 @@ def _make_dir(path: Path) -> None:
 def trusted_base(root: Path) -> Path:
     """`root`/cutlass, created if missing, after checking that only you (or root) can change it
     or any folder above it; a BuildError otherwise."""
-    _make_dir(root)
+    make_private_dir(root)
     base = root / "cutlass"
-    _make_dir(base)
+    make_private_dir(base)
     for path in [base, root, *root.parents]:
-        problem = _unsafe(path.lstat(), sticky_ok=path not in (base, root))
+        problem = unsafe_reason(path.lstat(), sticky_ok=path not in (base, root))
         if problem:
             raise BuildError(f"the CUTLASS header cache cannot be trusted: {path}: {problem}",
                              hint=f"make it yours and not writable by others (chmod go-w), or set "
@@ -250,7 +250,7 @@ def _scan(tree: Path) -> tuple[dict[str, str], str | None]:
                 st = entry.stat(follow_symlinks=False)
                 if stat.S_ISLNK(st.st_mode):
                     return files, f"{rel} is a symbolic link"
-                problem = _unsafe(st)
+                problem = unsafe_reason(st)
                 if problem:
                     return files, f"{rel}: {problem}"
                 if stat.S_ISDIR(st.st_mode):
@@ -288,7 +288,7 @@ def verify_tree(tree: Path, release: Release) -> str | None:
         return f"{tree.name} is a symbolic link"
     if not stat.S_ISDIR(st.st_mode):
         return f"{tree.name} is not a folder"
-    problem = _unsafe(st)
+    problem = unsafe_reason(st)
     if problem:
         return problem
     files, problem = _scan(tree)

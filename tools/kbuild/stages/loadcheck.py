@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..core.errors import BuildError
 from ..core.runner import capture
+from . import deps
 from .plan import VariantPlan
 
 SCRIPT = resources.files("kbuild") / "resources" / "scripts" / "load_registrations.py"
@@ -79,14 +80,40 @@ def binding_location(plan: VariantPlan, message: str) -> str:
     return str(project / sources[0]) if sources else str(project)
 
 
-def _stamp(so: Path, python: str) -> str:
-    return hashlib.sha256(so.read_bytes() + b"\0" + python.encode()).hexdigest()
+def _stamp(so: Path, python: str, torch_version: str = "") -> str:
+    return hashlib.sha256(so.read_bytes() + b"\0" + python.encode() + b"\0"
+                          + torch_version.encode()).hexdigest()
+
+
+def _remembered(key: str) -> Path | None:
+    """Where the user's cache remembers that the `.so` of `key` loaded (a file named after the
+    sha256 of the `.so`, the interpreter and its torch), if that cache is safe to trust: owned by
+    you (or root) and writable by no one else."""
+    folder = deps.cache_root() / "loaded"
+    try:
+        deps.trusted_base(deps.cache_root())  # the cache root and its parents are safe
+        deps.make_private_dir(folder)
+        if deps.unsafe_reason(folder.lstat()):
+            return None
+    except (BuildError, OSError):
+        return None
+    return folder / key
 
 
 def loaded_before(plan: VariantPlan, so: Path, work: Path) -> bool:
-    """Whether this very `.so` already loaded in this interpreter."""
+    """Whether this very `.so` already loaded in this interpreter (with this torch): in this
+    work dir, or, for a byte-identical `.so` built elsewhere (a rebuild after `kbuild clean`,
+    another copy of the project), in the user's cache."""
+    key = _stamp(so, plan.torch.python, plan.torch.torch_version)
     stamp = work / STAMP
-    return stamp.is_file() and stamp.read_text().strip() == _stamp(so, plan.torch.python)
+    if stamp.is_file() and stamp.read_text().strip() == key:
+        return True
+    remembered = _remembered(key)
+    try:
+        return remembered is not None and remembered.is_file() and not remembered.is_symlink() \
+            and deps.unsafe_reason(remembered.lstat()) is None
+    except OSError:
+        return False
 
 
 def check_loads(plan: VariantPlan, so: Path, work: Path) -> None:
@@ -94,10 +121,16 @@ def check_loads(plan: VariantPlan, so: Path, work: Path) -> None:
     if loaded_before(plan, so, work):
         return
     stamp = work / STAMP
-    key = _stamp(so, plan.torch.python)
+    key = _stamp(so, plan.torch.python, plan.torch.torch_version)
     problem = probe(so, plan.torch.python, plan.torch.lib_dir)
     if problem is None:
         stamp.write_text(key + "\n")
+        remembered = _remembered(key)
+        if remembered is not None:
+            try:
+                remembered.touch(mode=0o644)
+            except OSError:
+                pass
         return
     stamp.unlink(missing_ok=True)
     if "schema" in problem:
