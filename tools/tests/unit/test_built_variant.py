@@ -91,3 +91,21 @@ def test_what_is_written_reads_back_equal_in_the_loaders_key_order(tmp_path):
                                       "kernel-depends", "backend", "upstream", "digest"]
     assert json.loads(text)["backend"] == {"type": "cuda", "archs": ["8.0"]}
     assert BuiltVariant.load(variant).metadata == written
+
+
+def test_a_local_build_is_refused_for_publishing(tmp_path):
+    """`kbuild build --cuda-capabilities 9.0` marks the build; check (and so upload and
+    to-wheel, which publish only what check passes) refuses it, naming the capabilities."""
+    from kbuild.stages.check import metadata_problems
+    provenance = {"kernel-builder": {"version": "0.1.0"},
+                  "local-build": {"cuda-capabilities": ["9.0"]}}
+    variant = folder(tmp_path, meta(backend={"type": "cuda", "archs": ["9.0"]},
+                                    provenance=provenance))
+    built = BuiltVariant.load(variant)
+    problems = [p for p in metadata_problems(built) if p.code == "metadata.local-build"]
+    assert len(problems) == 1 and "capabilities 9.0 only" in problems[0]
+    del provenance["local-build"]
+    (variant / "metadata.json").write_text(json.dumps(
+        meta(backend={"type": "cuda", "archs": ["9.0"]}, provenance=provenance)))
+    assert not [p for p in metadata_problems(BuiltVariant.load(variant))
+                if p.code == "metadata.local-build"]

@@ -125,3 +125,37 @@ def test_input_files_cover_binding_kernels_and_package(tmp_path):
     rels = {f.relative_to(root).as_posix() for f in files}
     assert {"build.toml", "torch-ext/torch_binding.cpp", "csrc/sm100.cu",
             "torch-ext/demo/__init__.py", "torch-ext/demo/layers.py"} <= rels
+
+
+@pytest.mark.parametrize("wanted, targets, expected", [
+    # upstream's cuda_archs_loose_intersection (utils.cmake): per target, the highest wanted
+    # capability of its major at or below it; x.0a/x.0f where x.0 is a target
+    (["7.5", "8.0", "8.6", "9.0", "9.0a"], ["8.0", "8.9", "9.0"], ["8.0", "8.6", "9.0a"]),
+    (["8.0+PTX"], ["9.0"], ["8.0+PTX"]),           # PTX runs forward across majors
+    (["8.0"], ["9.0"], []),                         # SASS does not
+    (["7.0", "7.2", "10.1", "11.8"], ["7.5", "10.0", "11.0"], ["7.2"]),
+    (["10.0f"], ["9.0", "10.0"], ["10.0f"]),
+])
+def test_loose_intersection(wanted, targets, expected):
+    assert plan.loose_intersection(wanted, targets) == expected
+
+
+def test_local_capabilities(monkeypatch):
+    from kbuild.stages.torch_install import local_capabilities
+    assert local_capabilities("9.0, 8.0,9.0", None) == ["9.0", "8.0"]
+    with pytest.raises(BuildError, match="not a CUDA capability"):
+        local_capabilities("sm_90", None)
+
+
+def test_a_local_build_compiles_only_the_given_capabilities(tmp_path, monkeypatch):
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-capabilities = ["8.0", "9.0"]\n') \
+        + kernel("d", "cuda", "csrc/d.cu")
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu", "csrc/d.cu"))
+    monkeypatch.setattr(plan, "find_cuda", lambda torch, *a, **k: fake_toolkit("13.0", ARCHS_130))
+    p = plan.plan_variant(root, manifest.load(root), fake_torch("2.13.0", cuda="13.0"), "cuda",
+                          local_capabilities=["9.0"])
+    assert p.kernel_archs == {"k": ["9.0"], "d": ["9.0"]} and p.local_capabilities == ("9.0",)
+    with pytest.raises(BuildError) as info:
+        plan.plan_variant(root, manifest.load(root), fake_torch("2.13.0", cuda="13.0"), "cuda",
+                          local_capabilities=["7.5"])
+    assert info.value.key == "kernel.k.cuda-capabilities"
