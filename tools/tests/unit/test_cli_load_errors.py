@@ -41,7 +41,7 @@ def test_crash_without_a_cxx_exception_names_the_signal():
 
 def plan_for(project: Path, sources: list[str]):
     manifest = SimpleNamespace(torch=SimpleNamespace(src=sources))
-    torch = SimpleNamespace(python="/bin/python-x", lib_dir="/torch/lib")
+    torch = SimpleNamespace(python="/bin/python-x", lib_dir="/torch/lib", torch_version="2.13.0")
     return SimpleNamespace(project=project, manifest=manifest, torch=torch)
 
 
@@ -57,6 +57,7 @@ def test_binding_location_prefers_the_registered_at_file(tmp_path):
 def test_check_loads_raises_torchs_text_and_probes_each_new_so_once(tmp_path, monkeypatch):
     (tmp_path / "torch-ext").mkdir()
     (tmp_path / "torch-ext" / "torch_binding.cpp").write_text("TORCH_LIBRARY_EXPAND(x, ops) {}\n")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
     plan = plan_for(tmp_path, ["torch-ext/torch_binding.cpp"])
     so, work = tmp_path / "k.abi3.so", tmp_path / "work"
     work.mkdir()
