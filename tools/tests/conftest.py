@@ -6,12 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import copy_project, cuda_env
+from kbuild_testing import built_img2gray, copy_project, cuda_env, work_folder
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return copy_project(tmp_path / "img2gray")
+def work(request, tmp_path: Path) -> Path:
+    """An empty folder for this test at the same path in every run (builds in it hit the
+    compiler cache when the suite runs again); tmp_path when the run has no work folder."""
+    return work_folder(request.node.nodeid, tmp_path)
+
+
+@pytest.fixture
+def project(work: Path) -> Path:
+    return copy_project(work / "img2gray")
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory):
+    """Built copies of img2gray, made once per run: builds(key, version=, marker=). Read them,
+    or change a kbuild_testing.fresh_copy."""
+    def get(key: str = "base", **kw) -> Path:
+        return built_img2gray(lambda: tmp_path_factory.mktemp(f"build-{key}"), key, **kw)
+    return get
 
 
 @pytest.fixture(scope="session")

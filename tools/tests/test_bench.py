@@ -36,8 +36,8 @@ def kbuild(*args, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_bench_builds_runs_and_writes_results(tmp_path):
-    project = img2gray_copy(tmp_path / "img2gray")
+def test_bench_builds_runs_and_writes_results(work, tmp_path):
+    project = img2gray_copy(work / "img2gray")
     out = tmp_path / "results"
     proc = kbuild("bench", project, "--device", "cpu", "--quick", "--out", out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

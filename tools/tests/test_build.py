@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from kbuild_testing import copy_project, kbuild
+from kbuild_testing import copy_project, fresh_copy, kbuild
 from kbuild.stages import pipeline
 from kbuild.stages.check import abi_problems, check_variant
 
@@ -23,20 +23,25 @@ def build_cpu(project: Path, **kw):
     return result
 
 
-def test_variant_layout_and_metadata(project):
-    result = build_cpu(project)
-    variant = result.path
+def built_variant(project: Path) -> tuple[Path, str]:
+    """The variant folder of a built project and its kernel id."""
+    (variant,) = (project / "build").iterdir()
+    return variant, json.loads((variant / "metadata.json").read_text())["id"]
+
+
+def test_variant_layout_and_metadata(builds):
+    variant, kernel_id = built_variant(builds())  # built by pipeline.build, as build_cpu does
     assert variant.name == CPU_VARIANT
     names = sorted(p.name for p in variant.iterdir())
-    assert names == sorted(["__init__.py", "_ops.py", "metadata.json", f"{result.kernel_id}.abi3.so"])
+    assert names == sorted(["__init__.py", "_ops.py", "metadata.json", f"{kernel_id}.abi3.so"])
     meta = json.loads((variant / "metadata.json").read_text())
-    assert meta["id"] == result.kernel_id and meta["id"].startswith("_img2gray_cpu_")
+    assert meta["id"] == kernel_id and meta["id"].startswith("_img2gray_cpu_")
     assert meta["name"] == "img2gray" and meta["version"] == 1 and meta["license"] == "apache-2.0"
     assert meta["backend"] == {"type": "cpu"}
     assert meta["python-depends"] == [] and meta["kernel-depends"] == []
     assert "kernel" not in meta["provenance"]  # a copy outside git has no kernel commit
     ops = (variant / "_ops.py").read_text()
-    assert f"torch.ops.{result.kernel_id}" in ops and f"from . import {result.kernel_id}" in ops
+    assert f"torch.ops.{kernel_id}" in ops and f"from . import {kernel_id}" in ops
     # The real loader's own parser and digest agree with ours.
     from kernels._rust import Digest, DigestAlgorithm, Metadata
     Metadata.read_from_file(variant / "metadata.json")
@@ -45,7 +50,7 @@ def test_variant_layout_and_metadata(project):
     assert actual.files == meta["digest"]["files"]
     report = check_variant(variant)
     assert report.ok and report.loaded, report.problems
-    assert abi_problems(variant / f"{result.kernel_id}.abi3.so") == []
+    assert abi_problems(variant / f"{kernel_id}.abi3.so") == []
 
 
 def test_no_op_rebuild_recompiles_nothing(project):
@@ -74,8 +79,9 @@ def test_no_op_rebuild_recompiles_nothing(project):
     assert check_variant(fourth.path).ok
 
 
-def test_check_detects_tampering(project):
-    variant = build_cpu(project).path
+def test_check_detects_tampering(builds, tmp_path):
+    project = fresh_copy(builds(), tmp_path / "img2gray")
+    variant, _ = built_variant(project)
     (variant / "__init__.py").write_text((variant / "__init__.py").read_text() + "\n# edited\n")
     (variant / "__pycache__").mkdir()
     report = check_variant(variant, load=False)
@@ -113,8 +119,10 @@ def test_generate_writes_build_files(project):
     assert "KB_ID" in plan and "img2gray_cpu.cpp" in plan and "img2gray.cu" not in plan
 
 
-def test_clean_removes_only_generated_files(project):
-    build_cpu(project)
+def test_clean_removes_only_generated_files(builds, tmp_path):
+    project = fresh_copy(builds(), tmp_path / "img2gray", parts=("build.toml", "csrc", "torch-ext",
+                                                                  "build", ".kbuild"))
+    assert (project / ".kbuild" / CPU_VARIANT / "cmake-build" / "build.ninja").is_file()
     (project / "build" / "notes.txt").write_text("keep me")
     proc = kbuild("clean", project)
     assert proc.returncode == 0, proc.stderr
@@ -161,13 +169,13 @@ def test_legacy_manifest_builds_with_warning_and_upgrades(project):
     assert "already edition 5" in kbuild("update-build", project).stdout
 
 
-def test_two_builds_load_side_by_side(tmp_path):
-    a = copy_project(tmp_path / "a")
-    b = copy_project(tmp_path / "b")
+def test_two_builds_load_side_by_side(builds, work, tmp_path):
+    a = fresh_copy(builds(), tmp_path / "a")
+    b = copy_project(work / "b")
     binding = b / "torch-ext" / "torch_binding.cpp"
     binding.write_text(binding.read_text() + "\n// a different build\n")
-    ra, rb = build_cpu(a), build_cpu(b)
-    assert ra.kernel_id != rb.kernel_id
+    (_, a_id), rb = built_variant(a), build_cpu(b)
+    assert a_id != rb.kernel_id
     code = textwrap.dedent(f"""
         import torch, kernels
         from pathlib import Path
@@ -181,11 +189,11 @@ def test_two_builds_load_side_by_side(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [ra.kernel_id, rb.kernel_id]
+    assert proc.stdout.split() == [a_id, rb.kernel_id]
 
 
-def test_dev_runs_the_kernel_tests(tmp_path):
-    project = copy_project(tmp_path / "p")
+def test_dev_runs_the_kernel_tests(work):
+    project = copy_project(work / "p")
     (project / "tests").mkdir()
     (project / "tests" / "test_smoke.py").write_text(textwrap.dedent("""
         from pathlib import Path
@@ -204,6 +212,7 @@ def test_dev_runs_the_kernel_tests(tmp_path):
 def test_another_compiler_reconfigures(project, monkeypatch, tmp_path):
     """A cached CMake configuration is dropped when the compiler (or toolkit) changes."""
     import re
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")  # both objects really compiled
     build_cpu(project)
     stamp = project / ".kbuild" / CPU_VARIANT / "cmake-build" / "kbuild-configure.args"
     before = stamp.read_text()

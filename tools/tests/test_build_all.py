@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
-                            default_sigint, wait_for)
+                            default_sigint, wait_for, work_folder)
 from kbuild.matrix import envs, lock, matrix
 from kbuild.stages.check import check_variant
 
@@ -97,7 +97,7 @@ def realised() -> dict[str, envs.Realised]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, realised) -> tuple[Path, subprocess.CompletedProcess]:
-    project = project_copy(tmp_path_factory.mktemp("ba") / "img2gray")
+    project = project_copy(work_folder("build-all", tmp_path_factory.mktemp("ba")) / "img2gray")
     proc = build_all(project, "--jobs", "2", "--locked", "--json", str(project / "summary.json"))
     return project, proc
 

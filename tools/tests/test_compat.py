@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import REPO, kbuild
+from kbuild_testing import REPO, kbuild, work_folder
 from kbuild.stages import binary, pipeline
 from kbuild.stages.check import check_variant
 from kbuild.core.errors import BuildError
@@ -113,13 +113,13 @@ def assert_refused(case: Case, project: Path, python: str | None) -> None:
 
 
 @pytest.mark.parametrize("case", cases("refused", cuda=False))
-def test_refused(case, tmp_path):
-    assert_refused(case, copy(case.project, tmp_path), None)
+def test_refused(case, work):
+    assert_refused(case, copy(case.project, work), None)
 
 
 @pytest.mark.parametrize("case", cases("refused", cuda=True))
-def test_refused_cuda(case, tmp_path, cuda_python):
-    assert_refused(case, copy(case.project, tmp_path, odd=False), cuda_python)
+def test_refused_cuda(case, work, cuda_python):
+    assert_refused(case, copy(case.project, work, odd=False), cuda_python)
 
 
 def test_refusal_through_the_cli(tmp_path):
@@ -137,7 +137,7 @@ def test_refusal_through_the_cli(tmp_path):
 @pytest.fixture(scope="module")
 def cpu_builds(tmp_path_factory):
     """Every CPU 'builds' case, built two at a time in copies: {case id: (project, result)}."""
-    root = tmp_path_factory.mktemp("compat")
+    root = work_folder("compat-cpu-builds", tmp_path_factory.mktemp("compat"))
     todo = [c for c in CASES if c.outcome == "builds" and not c.cuda]
 
     def build(case: Case):
@@ -193,8 +193,8 @@ def test_built_kernels_pass_their_tests_side_by_side(cpu_builds):
 # --- CUDA builds (slow) ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", cases("builds", cuda=True))
-def test_builds_cuda(case, tmp_path, cuda_python):
-    project = copy(case.project, tmp_path, odd=False)
+def test_builds_cuda(case, work, cuda_python):
+    project = copy(case.project, work, odd=False)
     (result,) = pipeline.build(project, backends=[case.backend], python=cuda_python)
     assert_built(case, project, result, python=cuda_python)
     # The fat-binary check also catches a capability the binary does not hold.

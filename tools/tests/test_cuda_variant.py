@@ -1,4 +1,6 @@
-"""The CUDA variant compiles against torch 2.14.1 (cu130) and imports on this GPU-less machine."""
+"""The CUDA variant compiles against torch 2.14.1 (cu130) and imports on this GPU-less machine;
+built again from another checkout of the same commit, it is the same bytes (real compiles, no
+compiler cache: the first build serves both)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,34 @@ import pytest
 
 from kbuild.stages import pipeline
 from kbuild.stages.check import check_variant
+from test_reproducible import CHECKOUTS, clone, files, has_commit
 
 pytestmark = pytest.mark.slow
 
 
+def build(project, cuda_python):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KBUILD_COMPILER_CACHE", "none")
+        (result,) = pipeline.build(project, python=cuda_python)
+    return result
+
+
 @pytest.fixture(scope="module")
 def cuda_variant(tmp_path_factory, cuda_python):
+    """Built from a clone of this checkout's commit (a copy of the tree when it has none)."""
     from kbuild_testing import copy_project
-    project = copy_project(tmp_path_factory.mktemp("cuda") / "img2gray")
-    (result,) = pipeline.build(project, python=cuda_python)
-    return result
+    root = tmp_path_factory.mktemp("cuda")
+    if has_commit():
+        return build(clone(root / CHECKOUTS[0]), cuda_python)
+    return build(copy_project(root / "img2gray"), cuda_python)
+
+
+def test_cuda_variant_is_reproducible(cuda_variant, cuda_python, tmp_path):
+    if not has_commit():
+        pytest.skip("this checkout has no commit holding the project to clone")
+    again = build(clone(tmp_path / CHECKOUTS[1]), cuda_python)
+    assert again.kernel_id == cuda_variant.kernel_id and "_dirty" not in again.kernel_id
+    assert files(again.path) == files(cuda_variant.path)
 
 
 def test_cuda_variant_layout(cuda_variant):
@@ -49,7 +69,8 @@ def test_op_has_cuda_and_cpu_kernels(cuda_variant, cuda_python):
         ref = (x.float()[..., 0] * 0.21 + x.float()[..., 1] * 0.72 + x.float()[..., 2] * 0.07).to(torch.uint8)
         assert torch.equal(k.img2gray(x), ref)  # the CPU kernel ships in the CUDA variant too
     """)
-    proc = subprocess.run([cuda_python, "-c", code], capture_output=True, text=True)
+    # No __pycache__ in the variant the other tests read.
+    proc = subprocess.run([cuda_python, "-B", "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     available, has_cuda, has_cpu = proc.stdout.split()
     assert (has_cuda, has_cpu) == ("True", "True")

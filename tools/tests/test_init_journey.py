@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from kbuild.stages import pipeline
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
-from kbuild_testing import CUDA_ENV, REPO, cuda_env, envs_folder
+from kbuild_testing import CUDA_ENV, REPO, cuda_env, envs_folder, work_folder
 
 pytestmark = pytest.mark.slow
 CPU_VARIANT = "torch213-cxx11-cpu-x86_64-linux"
@@ -41,7 +41,8 @@ def journey(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("KBUILD_ENVS_DIR", str(envs_folder()))
     try:
-        yield journey_module().run(tmp_path_factory.mktemp("journey"), cuda_env=CUDA_ENV,
+        workdir = work_folder("init-journey", tmp_path_factory.mktemp("journey"))
+        yield journey_module().run(workdir, cuda_env=CUDA_ENV,
                                    log=lambda line: None)
     finally:
         mp.undo()

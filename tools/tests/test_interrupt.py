@@ -15,8 +15,6 @@ from kbuild_testing import (complete_variants, compiler_pids, copy_project, defa
 from kbuild.stages import pipeline
 
 
-
-
 def start_build(project: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -24,11 +22,15 @@ def start_build(project: Path) -> subprocess.Popen:
                             preexec_fn=default_sigint)
 
 
-
+@pytest.fixture
+def real_compiles(monkeypatch):
+    """No compiler cache, for the interrupted build and the next one: compilers to interrupt,
+    and the next build configured as the interrupted one was (so it meets what was left)."""
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")
 
 
 @pytest.mark.parametrize("how", ["sigint-builder", "sigkill-builder", "sigkill-compiler"])
-def test_killed_build_leaves_no_partial_variant(tmp_path, how):
+def test_killed_build_leaves_no_partial_variant(tmp_path, how, real_compiles):
     project = copy_project(tmp_path / "p")
     proc = start_build(project)
     # The binding takes seconds to compile: killing it cannot race with its completion.
@@ -47,7 +49,7 @@ def test_killed_build_leaves_no_partial_variant(tmp_path, how):
     assert complete_variants(project / "build") == [result.variant]
 
 
-def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
+def test_killed_rebuild_keeps_the_previous_variant(tmp_path, real_compiles):
     project = copy_project(tmp_path / "p")
     (first,) = pipeline.build(project, backends=["cpu"])
     before = (first.path / "metadata.json").read_bytes()
@@ -61,9 +63,9 @@ def test_killed_rebuild_keeps_the_previous_variant(tmp_path):
     assert (first.path / "metadata.json").read_bytes() == before
 
 
-def test_interrupt_during_install_window(tmp_path, monkeypatch):
+def test_interrupt_during_install_window(work, monkeypatch):
     """Even a failure between staging and the final rename leaves no partial variant."""
-    project = copy_project(tmp_path / "p")
+    project = copy_project(work / "p")
     import kbuild.stages.pipeline as pl
 
     def boom(*a, **k):

@@ -23,7 +23,8 @@ from kbuild.publish import upload as publish
 from kbuild.core.built import BuiltVariant
 from kbuild.publish.wheel import build_wheel
 from kbuild_hub import HubServer
-from test_publish import builds, fresh_copy, variant_of  # noqa: F401
+from kbuild_testing import fresh_copy
+from test_publish import variant_of
 
 ODD = ["", " ", ";", "$", "${HOME}", "$ENV{HOME}", '"', "'", "\n", "\r\n", "\x00", "../..",
        "/etc/passwd", "é", "\U0001f642", "a,b", "\u2028", "-1", "sha512", "cpu", "cuda", "img2gray"]
@@ -63,7 +64,7 @@ def mutate(meta: Any, data: st.DataObject) -> Any:
 
 
 @pytest.fixture(scope="module")
-def setup(builds, tmp_path_factory):  # noqa: F811
+def setup(builds, tmp_path_factory):
     project = fresh_copy(builds(), tmp_path_factory.mktemp("props") / "img2gray")
     variant = variant_of(project)
     original = json.loads((variant / "metadata.json").read_text())

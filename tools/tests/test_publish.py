@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from kbuild_testing import built_img2gray
+from kbuild_testing import fresh_copy
 from kbuild.publish import hub as hub_client
 from kbuild.publish import upload as publish
 from kbuild.core.errors import BuildError
@@ -26,26 +26,6 @@ REPO = "kernels-test/img2gray"  # build.toml's [general.hub] repo-id; an org, so
 
 
 # ----------------------------------------------------------------------------- builds and copies
-
-
-@pytest.fixture(scope="session")
-def builds(tmp_path_factory):
-    """Built copies of img2gray, made once per session: builds(key, version=, marker=)."""
-    def get(key: str = "base", **kw) -> Path:
-        return built_img2gray(lambda: tmp_path_factory.mktemp(f"build-{key}"), key, **kw)
-    return get
-
-
-def fresh_copy(built: Path, dst: Path) -> Path:
-    """A writable copy of a built project (sources + build/), outside git."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for part in ("build.toml", "csrc", "torch-ext", "build"):
-        src = built / part
-        if src.is_dir():
-            shutil.copytree(src, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dst / part)
-    return dst
 
 
 @pytest.fixture

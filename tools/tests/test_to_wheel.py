@@ -22,7 +22,8 @@ from kbuild.core.built import BuiltVariant, digest_files
 from kbuild.publish import wheel as publish
 from kbuild.core.errors import BuildError
 from kbuild.publish.wheel import build_wheel, wheel_tags
-from test_publish import REPO, builds, client_env, do_upload, fresh_copy, hub, kbuild_cli, variant_of  # noqa: F401
+from kbuild_testing import fresh_copy
+from test_publish import REPO, client_env, do_upload, hub, kbuild_cli, variant_of  # noqa: F401
 
 TORCH = torch.__version__.split("+")[0]
 TORCH_MM = "".join(TORCH.split(".")[:2])
@@ -30,7 +31,7 @@ WHEEL_ENV = REPO_ROOT / ".kbuild" / "test-envs" / f"wheel-torch{TORCH_MM}"
 
 
 @pytest.fixture
-def proj(builds, tmp_path) -> Path:  # noqa: F811
+def proj(builds, tmp_path) -> Path:
     return fresh_copy(builds(), tmp_path / "img2gray")
 
 
