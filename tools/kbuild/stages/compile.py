@@ -194,6 +194,15 @@ def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
     return sorted(steps.items(), key=lambda kv: -kv[1])
 
 
+def cache_env(launcher: str | None, project: Path) -> dict[str, str]:
+    """The compile's environment: ccache rewrites paths under the project to relative ones
+    before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries."""
+    env = dict(os.environ)
+    if launcher and "ccache" in Path(launcher).name and "sccache" not in Path(launcher).name:
+        env.setdefault("CCACHE_BASEDIR", str(project.resolve()))
+    return env
+
+
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
                     progress: Progress | None = None) -> Compiled:
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps."""
@@ -206,7 +215,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     build = src / "cmake-build"
     log = src / "build.log"
     log.write_text("")
-    env = dict(os.environ)
+    env = cache_env(compiler_launcher(), plan.project)
     args = configure_args(plan, src, build)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):

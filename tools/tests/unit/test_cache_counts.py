@@ -6,7 +6,7 @@ import json
 import stat
 from pathlib import Path
 
-from kbuild.stages.compile import CacheCounts, cache_counts
+from kbuild.stages.compile import CacheCounts, cache_counts, cache_env
 
 
 def fake_tool(tmp_path: Path, name: str, output: str) -> str:
@@ -33,3 +33,12 @@ def test_ccache_counters(tmp_path):
 def test_no_cache_or_unreadable_counters(tmp_path):
     assert cache_counts(None) is None
     assert cache_counts(fake_tool(tmp_path, "sccache", "not json")) is None
+
+
+def test_ccache_sees_project_paths_as_relative(tmp_path, monkeypatch):
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    assert cache_env("/x/bin/ccache", tmp_path)["CCACHE_BASEDIR"] == str(tmp_path.resolve())
+    assert "CCACHE_BASEDIR" not in cache_env("/x/bin/sccache", tmp_path)
+    assert "CCACHE_BASEDIR" not in cache_env(None, tmp_path)
+    monkeypatch.setenv("CCACHE_BASEDIR", "/mine")  # the user's own setting wins
+    assert cache_env("/x/bin/ccache", tmp_path)["CCACHE_BASEDIR"] == "/mine"
