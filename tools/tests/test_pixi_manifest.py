@@ -174,6 +174,13 @@ def test_workflow_fans_out_the_matrix():
     assert 'pixi run -e "${{ matrix.env }}" build' in text
     assert "pixi lock" in text and "prefix-dev/setup-pixi" in text
     assert "kbuild check" in text and "kbuild upload" in text
+    import yaml
+
+    build = yaml.safe_load(text)["jobs"]["build"]
+    # Every job of the fan-out reads and fills one compiler cache.
+    step = next(s for s in build["steps"] if s.get("run", "").startswith("pixi run"))
+    assert step["env"]["SCCACHE_GHA_ENABLED"] == "true"
+    assert any(s.get("uses", "").startswith("mozilla-actions/sccache-action@") for s in build["steps"])
 
 
 def test_lock_workflow_checks_locks_and_runs_pixi_lock():

@@ -280,6 +280,8 @@ def mutated(draw) -> str | bytes:
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["set", "set", "set", "add"]))
         if kind == "add":
+            if not isinstance(doc.get("packages"), list):
+                continue  # an earlier change replaced the package list
             pkg = copy.deepcopy(draw(st.sampled_from(BASE["packages"])))
             pkg["name"] = draw(st.sampled_from(["extra-pkg", pkg["name"], *HOSTILE[:3]]))
             doc["packages"].append(pkg)
