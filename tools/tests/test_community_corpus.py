@@ -86,9 +86,11 @@ def test_activation_is_a_stable_abi_cuda_variant(projects, monkeypatch):
 
 
 @pytest.mark.slow
-def test_runner_builds_relu_for_cpu_and_its_own_tests_pass(projects, tmp_path):
+def test_runner_builds_relu_for_cpu_and_its_own_tests_pass(projects, work):
     """relu's CPU variant, built by run_projects.py, passes relu's own tests (get_kernel
-    through LOCAL_KERNELS)."""
+    through LOCAL_KERNELS). Its work folder is at the same path in every run (compiler-cache
+    hits)."""
+    tmp_path = work
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "compat" / "run_projects.py"),
                            str(projects["relu"].parent), "relu", "--work", str(tmp_path),
                            "--check"], capture_output=True, text=True, timeout=900)

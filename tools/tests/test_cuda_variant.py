@@ -1,6 +1,6 @@
 """The CUDA variant compiles against torch 2.14.1 (cu130) and imports on this GPU-less machine;
-built again from another checkout of the same commit, it is the same bytes (real compiles, no
-compiler cache: the first build serves both)."""
+built again from another checkout of the same commit (real compiles, no compiler cache), it is
+the same bytes."""
 
 from __future__ import annotations
 
@@ -12,32 +12,26 @@ import pytest
 
 from kbuild.stages import pipeline
 from kbuild.stages.check import check_variant
-from test_reproducible import CHECKOUTS, clone, files, has_commit
+from test_reproducible import CHECKOUTS, build_uncached, clone, files, has_commit
 
 pytestmark = pytest.mark.slow
 
 
-def build(project, cuda_python):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KBUILD_COMPILER_CACHE", "none")
-        (result,) = pipeline.build(project, python=cuda_python)
-    return result
-
-
 @pytest.fixture(scope="module")
 def cuda_variant(tmp_path_factory, cuda_python):
-    """Built from a clone of this checkout's commit (a copy of the tree when it has none)."""
-    from kbuild_testing import copy_project
-    root = tmp_path_factory.mktemp("cuda")
-    if has_commit():
-        return build(clone(root / CHECKOUTS[0]), cuda_python)
-    return build(copy_project(root / "img2gray"), cuda_python)
+    """Built from a clone of this checkout's commit (a copy of the tree when it has none), at
+    the same path in every run (its compiles may come from the run's compiler cache)."""
+    from kbuild_testing import copy_project, work_folder
+    root = work_folder("cuda-variant", tmp_path_factory.mktemp("cuda"))
+    project = clone(root / CHECKOUTS[0]) if has_commit() else copy_project(root / "img2gray")
+    (result,) = pipeline.build(project, python=cuda_python)
+    return result
 
 
 def test_cuda_variant_is_reproducible(cuda_variant, cuda_python, tmp_path):
     if not has_commit():
         pytest.skip("this checkout has no commit holding the project to clone")
-    again = build(clone(tmp_path / CHECKOUTS[1]), cuda_python)
+    again = build_uncached(clone(tmp_path / CHECKOUTS[1]), python=cuda_python)  # real compiles
     assert again.kernel_id == cuda_variant.kernel_id and "_dirty" not in again.kernel_id
     assert files(again.path) == files(cuda_variant.path)
 

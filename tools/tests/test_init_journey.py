@@ -40,6 +40,8 @@ def journey(tmp_path_factory):
     cuda_env()
     mp = pytest.MonkeyPatch()
     mp.setenv("KBUILD_ENVS_DIR", str(envs_folder()))
+    # A new author's cache: their first build is load-checked (not remembered from a last run).
+    mp.setenv("KBUILD_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
     try:
         workdir = work_folder("init-journey", tmp_path_factory.mktemp("journey"))
         yield journey_module().run(workdir, cuda_env=CUDA_ENV,

@@ -142,8 +142,9 @@ class StepDisplay:
     LABELS = {"environment": "environment:", "generate": "writing the build files",
               "configure": "configuring (CMake)", "compile": "compiling",
               "assemble": "assembling", "load": "checking that the extension loads",
+              "loaded": "the extension loads (this very .so loaded before)",
               "install": "installing"}
-    ANNOUNCED = ("configure", "compile", "load")  # stages that get a plain line when they start
+    ANNOUNCED = ("configure", "compile", "load", "loaded")  # stages that get a plain line when they start
 
     def __init__(self, console: Console | None = None, live: bool | None = None) -> None:
         import threading

@@ -40,8 +40,8 @@ class BuildResult:
 @dataclass(frozen=True)
 class Step:
     """Where a build is, for progress displays. `stage`: environment, generate, configure,
-    compile, assemble, load or install; during `compile`, `done`/`total` are Ninja's counts and
-    `detail` the file of the step Ninja finished last."""
+    compile, assemble, load (or loaded: this .so loaded before) or install; during `compile`,
+    `done`/`total` are Ninja's counts and `detail` the file of the step Ninja finished last."""
     variant: str
     stage: str
     detail: str = ""
@@ -116,9 +116,12 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
         step(Step(plan.name, "assemble"))
         staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
         try:
-            if so is not None and verify and not loaded_before(plan, staged / so.name, work):
-                step(Step(plan.name, "load"))
-                check_loads(plan, staged / so.name, work)
+            if so is not None and verify:
+                if loaded_before(plan, staged / so.name, work):
+                    step(Step(plan.name, "loaded"))
+                else:
+                    step(Step(plan.name, "load"))
+                    check_loads(plan, staged / so.name, work)
             step(Step(plan.name, "install"))
             changed = install(staged, build_dir, plan.name)
         finally:
