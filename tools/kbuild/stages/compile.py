@@ -199,7 +199,8 @@ def cache_env(launcher: str | None, project: Path) -> dict[str, str]:
     before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries."""
     env = dict(os.environ)
     if launcher and "ccache" in Path(launcher).name and "sccache" not in Path(launcher).name:
-        env.setdefault("CCACHE_BASEDIR", str(project.resolve()))
+        # ccache expands $VAR in its settings; $$ is a literal $.
+        env.setdefault("CCACHE_BASEDIR", str(project.resolve()).replace("$", "$$"))
     return env
 
 

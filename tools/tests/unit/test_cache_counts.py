@@ -40,5 +40,8 @@ def test_ccache_sees_project_paths_as_relative(tmp_path, monkeypatch):
     assert cache_env("/x/bin/ccache", tmp_path)["CCACHE_BASEDIR"] == str(tmp_path.resolve())
     assert "CCACHE_BASEDIR" not in cache_env("/x/bin/sccache", tmp_path)
     assert "CCACHE_BASEDIR" not in cache_env(None, tmp_path)
+    odd = tmp_path / "a $HOME ${X}"
+    odd.mkdir()
+    assert cache_env("/x/bin/ccache", odd)["CCACHE_BASEDIR"] == str(odd.resolve()).replace("$", "$$")
     monkeypatch.setenv("CCACHE_BASEDIR", "/mine")  # the user's own setting wins
     assert cache_env("/x/bin/ccache", tmp_path)["CCACHE_BASEDIR"] == "/mine"
