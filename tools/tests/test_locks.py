@@ -62,6 +62,58 @@ def test_install_from_lock_checks_hashes(tmp_path):
     assert list(venv.glob("lib/python*/site-packages/idna"))
 
 
+def toy_wheel(folder: Path, version: str) -> Path:
+    """A minimal pure-Python wheel of `kb-toy` that records its version."""
+    import zipfile
+    path = folder / f"kb_toy-{version}-py3-none-any.whl"
+    info = f"kb_toy-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr("kb_toy/__init__.py", f"VERSION = {version!r}\n")
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: kb-toy\nVersion: {version}\n")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                      "Tag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_a_local_version_beside_the_pinned_one_is_not_taken(tmp_path):
+    """A find-links folder holding `1.0+cpu` beside the locked `1.0` (as one holding torch
+    2.13.0+cpu beside PyPI's 2.13.0): `==1.0` would match both and pick the local one."""
+    import dataclasses
+    links = tmp_path / "links"
+    links.mkdir()
+    pinned = toy_wheel(links, "1.0")
+    toy_wheel(links, "1.0+cpu")
+    sha = hashlib.sha256(pinned.read_bytes()).hexdigest()
+    path = tmp_path / "locks" / "linux-64" / "pylock.toy.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(f'''lock-version = "1.0"
+created-by = "test"
+
+[[packages]]
+name = "kb-toy"
+version = "1.0"
+wheels = [{{ url = "https://files.pythonhosted.org/packages/kb_toy-1.0-py3-none-any.whl", hashes = {{ sha256 = "{sha}" }} }}]
+
+[tool.kbuild]
+environment = "toy"
+platform = "linux-64"
+python = "3.11"
+requirements = ["kb-toy"]
+indexes = []
+torch-index = false
+inputs = "sha256:{"0" * 64}"
+''')
+    base = envs.installer()
+    inst = dataclasses.replace(base, config={**base.config,
+                                             "find-links": [*base.config.get("find-links", []), str(links)]})
+    venv, log = tmp_path / "venv", tmp_path / "install.log"
+    inst.create(venv, log)
+    inst.install_locked(venv, lock.read(path), log)
+    (init,) = venv.glob("lib/python*/site-packages/kb_toy/__init__.py")
+    assert init.read_text() == "VERSION = '1.0'\n"
+
+
 def variant_files(build: Path) -> dict[str, bytes]:
     return {p.relative_to(build).as_posix(): p.read_bytes() for p in build.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts}

@@ -271,8 +271,10 @@ class Lock:
                 "python": self.python, "platform": self.platform}
 
     def requirement_lines(self) -> list[str]:
-        """The packages whose markers hold here, as hash-pinned requirements (`name==version
-        --hash=sha256:…`, every part validated): installing them resolves nothing."""
+        """The packages whose markers hold here, as hash-pinned requirements (`name===version
+        --hash=sha256:…`, every part validated): installing them resolves nothing. `===`, not
+        `==`: `torch==2.13.0` also matches a local `2.13.0+cpu` wheel (a find-links folder may
+        hold one), which the installer would then pick and refuse for its hash."""
         lines = []
         for pkg in self.packages:
             try:
@@ -282,7 +284,7 @@ class Lock:
                                  file=self.path, key="packages",
                                  hint=f"re-lock it: kbuild lock {self.name}") from None
             if applies:
-                lines.append(f"{pkg.name}=={pkg.version} "
+                lines.append(f"{pkg.name}==={pkg.version} "
                              + " ".join(f"--hash=sha256:{h}" for h in pkg.hashes))
         return lines
 

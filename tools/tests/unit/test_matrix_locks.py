@@ -122,16 +122,16 @@ def test_lock_installs_exact_hashed_files():
     locked = lock.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml")
     lines = locked.requirement_lines()
     assert len(lines) == len(locked.packages) > 10  # every marker holds on linux-64 with 3.11
-    torch = next(ln for ln in lines if ln.startswith("torch=="))
+    torch = next(ln for ln in lines if ln.startswith("torch==="))
     wheel = next(p for p in locked.packages if p.name == "torch").wheels[0]
-    assert torch == f"torch==2.13.0+cpu --hash=sha256:{wheel.hashes.sha256}"
+    assert torch == f"torch===2.13.0+cpu --hash=sha256:{wheel.hashes.sha256}"
     # markers are evaluated here, never handed on: each line is a pin and its hashes
-    assert all(re.fullmatch(r"[a-z0-9.-]+==[\w.+!-]+( --hash=sha256:[0-9a-f]{64})+", ln) for ln in lines)
+    assert all(re.fullmatch(r"[a-z0-9.-]+===[\w.+!-]+( --hash=sha256:[0-9a-f]{64})+", ln) for ln in lines)
     marked = next(p for p in locked.packages if p.marker)
     elsewhere = dataclasses.replace(locked, packages=tuple(
         p.model_copy(update={"marker": "sys_platform == 'win32'"}) if p is marked else p
         for p in locked.packages))
-    assert [ln.split("==")[0] for ln in elsewhere.requirement_lines()] == [
+    assert [ln.split("===")[0] for ln in elsewhere.requirement_lines()] == [
         p.name for p in locked.packages if p is not marked]
     # and the lock names public sources only, for the platform and Python it says
     text = locked.path.read_text()
