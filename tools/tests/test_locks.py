@@ -93,7 +93,7 @@ created-by = "test"
 [[packages]]
 name = "kb-toy"
 version = "1.0"
-wheels = [{{ url = "https://files.pythonhosted.org/packages/kb_toy-1.0-py3-none-any.whl", hashes = {{ sha256 = "{sha}" }} }}]
+wheels = [{{ url = "https://files.pythonhosted.org/kb_toy-1.0-py3-none-any.whl", hashes = {{ sha256 = "{sha}" }} }}]
 
 [tool.kbuild]
 environment = "toy"
