@@ -34,7 +34,7 @@ ENV = "torch213-cpu"
 BASE_TEXT = (REPO / "locks" / PLATFORM / f"pylock.{ENV}.toml").read_text()
 BASE = tomllib.loads(BASE_TEXT)
 PLANTED = "http://127.0.0.1:9/simple"
-LINE = re.compile(r"[a-z0-9.-]+==[\w.+!-]+( --hash=sha256:[0-9a-f]{64})+")
+LINE = re.compile(r"[a-z0-9.-]+===[\w.+!-]+( --hash=sha256:[0-9a-f]{64})+")
 
 
 class UvWouldInstall(Exception):
