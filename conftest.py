@@ -16,9 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -27,15 +25,11 @@ REPO = Path(__file__).resolve().parent
 WORK_VAR, RUN_VAR = "KBUILD_TEST_WORK", "KBUILD_TEST_RUN"
 
 
-def _ccache() -> str | None:
-    if os.environ.get("KBUILD_COMPILER_CACHE", "auto") not in ("auto", "ccache"):
-        return None
-    own = Path(sys.executable).parent / "ccache"
-    return str(own) if own.is_file() else shutil.which("ccache")
-
-
 def _use_ccache(config) -> None:
-    ccache = _ccache()
+    if os.environ.get("KBUILD_COMPILER_CACHE", "auto") not in ("auto", "ccache"):
+        return
+    from kbuild.stages.compile import cache_tool
+    ccache = cache_tool("ccache")
     if not ccache:
         return
     os.environ.update(KBUILD_COMPILER_CACHE=ccache, CCACHE_DIR=str(REPO / ".kbuild" / "ccache"))
@@ -70,7 +64,6 @@ def pytest_terminal_summary(terminalreporter, config):
     ccache = getattr(config, "_kbuild_ccache", None)
     if not ccache:
         return
-    sys.path.insert(0, str(REPO / "tools"))
     from kbuild.stages.compile import cache_counts
     counts = cache_counts(ccache)
     if counts:

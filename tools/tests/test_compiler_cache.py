@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import CUDA_ENV, REPO, copy_project, cuda_env, envs_folder
+from kbuild_testing import CUDA_ENV, REPO, copy_project, cuda_env, envs_folder, one_arch
 from test_reproducible import files
 from kbuild.stages import pipeline
 
@@ -43,10 +43,7 @@ def test_two_checkouts_share_ccache_entries(tmp_path, monkeypatch, cuda_python):
 
 def one_arch_copy(root: Path) -> Path:
     project = copy_project(root / "img2gray")
-    manifest = project / "build.toml"
-    manifest.write_text(manifest.read_text().replace(
-        '[kernel.img2gray_cuda]\nbackend = "cuda"\n',
-        '[kernel.img2gray_cuda]\nbackend = "cuda"\ncuda-capabilities = ["9.0"]\n'))
+    one_arch(project)
     return project
 
 

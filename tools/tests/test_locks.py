@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import REPO, copy_project, kbuild
+from kbuild_testing import REPO, copy_project, kbuild, one_arch
 from kbuild.core.errors import BuildError
 from kbuild.matrix import envs, lock, matrix
 
@@ -21,31 +21,35 @@ ENVS = {"torch213-cpu": "torch213-cxx11-cpu-x86_64-linux",
         "torch214-cu130": "torch214-cxx11-cu130-x86_64-linux"}
 
 
-def small_lock(tmp_path: Path, sha256: str) -> lock.Lock:
-    """A lock of one small package taken from a committed lock, with the given hash."""
-    source = tomllib.loads((LOCKS / "pylock.torch213-cpu.toml").read_text())
-    pkg = next(p for p in source["packages"] if p["name"] == "idna")
-    wheel = pkg["wheels"][0]
+def one_package_lock(tmp_path: Path, name: str, version: str, url: str, sha256: str) -> lock.Lock:
+    """A lock (environment "tiny") of one package: one wheel at `url` with the given hash."""
     path = tmp_path / "locks" / "linux-64" / "pylock.tiny.toml"
     path.parent.mkdir(parents=True)
     path.write_text(f'''lock-version = "1.0"
 created-by = "test"
 
 [[packages]]
-name = "idna"
-version = "{pkg['version']}"
-wheels = [{{ url = "{wheel['url']}", hashes = {{ sha256 = "{sha256}" }} }}]
+name = "{name}"
+version = "{version}"
+wheels = [{{ url = "{url}", hashes = {{ sha256 = "{sha256}" }} }}]
 
 [tool.kbuild]
 environment = "tiny"
 platform = "linux-64"
 python = "3.11"
-requirements = ["idna"]
+requirements = ["{name}"]
 indexes = []
 torch-index = false
 inputs = "sha256:{"0" * 64}"
 ''')
     return lock.read(path)
+
+
+def small_lock(tmp_path: Path, sha256: str) -> lock.Lock:
+    """A lock of one small package taken from a committed lock, with the given hash."""
+    source = tomllib.loads((LOCKS / "pylock.torch213-cpu.toml").read_text())
+    pkg = next(p for p in source["packages"] if p["name"] == "idna")
+    return one_package_lock(tmp_path, "idna", pkg["version"], pkg["wheels"][0]["url"], sha256)
 
 
 def test_install_from_lock_checks_hashes(tmp_path):
@@ -84,32 +88,15 @@ def test_a_local_version_beside_the_pinned_one_is_not_taken(tmp_path):
     links.mkdir()
     pinned = toy_wheel(links, "1.0")
     toy_wheel(links, "1.0+cpu")
-    sha = hashlib.sha256(pinned.read_bytes()).hexdigest()
-    path = tmp_path / "locks" / "linux-64" / "pylock.toy.toml"
-    path.parent.mkdir(parents=True)
-    path.write_text(f'''lock-version = "1.0"
-created-by = "test"
-
-[[packages]]
-name = "kb-toy"
-version = "1.0"
-wheels = [{{ url = "https://files.pythonhosted.org/kb_toy-1.0-py3-none-any.whl", hashes = {{ sha256 = "{sha}" }} }}]
-
-[tool.kbuild]
-environment = "toy"
-platform = "linux-64"
-python = "3.11"
-requirements = ["kb-toy"]
-indexes = []
-torch-index = false
-inputs = "sha256:{"0" * 64}"
-''')
+    locked = one_package_lock(tmp_path, "kb-toy", "1.0",
+                              "https://files.pythonhosted.org/kb_toy-1.0-py3-none-any.whl",
+                              hashlib.sha256(pinned.read_bytes()).hexdigest())
     base = envs.installer()
     inst = dataclasses.replace(base, config={**base.config,
                                              "find-links": [*base.config.get("find-links", []), str(links)]})
     venv, log = tmp_path / "venv", tmp_path / "install.log"
     inst.create(venv, log)
-    inst.install_locked(venv, lock.read(path), log)
+    inst.install_locked(venv, locked, log)
     (init,) = venv.glob("lib/python*/site-packages/kb_toy/__init__.py")
     assert init.read_text() == "VERSION = '1.0'\n"
 
@@ -117,15 +104,6 @@ inputs = "sha256:{"0" * 64}"
 def variant_files(build: Path) -> dict[str, bytes]:
     return {p.relative_to(build).as_posix(): p.read_bytes() for p in build.rglob("*")
             if p.is_file() and "__pycache__" not in p.parts}
-
-
-def one_arch(project: Path) -> None:
-    """img2gray for one GPU architecture: the same code paths, a tenth of the nvcc time."""
-    manifest = project / "build.toml"
-    manifest.write_text(manifest.read_text().replace(
-        '[kernel.img2gray_cuda]\nbackend = "cuda"\n',
-        '[kernel.img2gray_cuda]\nbackend = "cuda"\ncuda-capabilities = ["9.0"]\n'))
-    assert 'cuda-capabilities = ["9.0"]' in manifest.read_text()
 
 
 @pytest.mark.slow

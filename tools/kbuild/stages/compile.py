@@ -31,18 +31,21 @@ def _tool(name: str) -> str:
         return found
 
 
+def cache_tool(name: str) -> str | None:
+    """`name` (a path, or a program beside this interpreter or on PATH), if it exists."""
+    for path in (Path(sys.executable).parent / name, shutil.which(name)):
+        if path and Path(path).is_file():
+            return str(path)
+    return None
+
+
 def compiler_launcher() -> str | None:
     """sccache or ccache when available (KBUILD_COMPILER_CACHE=none disables it)."""
     choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
     if choice == "none":
         return None
     candidates = [choice] if choice != "auto" else ["sccache", "ccache"]
-    bin_dir = Path(sys.executable).parent
-    for name in candidates:
-        for path in (bin_dir / name, shutil.which(name)):
-            if path and Path(path).is_file():
-                return str(path)
-    return None
+    return next(filter(None, map(cache_tool, candidates)), None)
 
 
 NVCC_THREADS_VAR = "KBUILD_NVCC_THREADS"
