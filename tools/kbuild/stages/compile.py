@@ -54,16 +54,20 @@ GIB_PER_NVCC = 1.5  # memory one nvcc thread of a template-heavy kernel may take
 
 @dataclass(frozen=True)
 class Split:
-    """How a build uses the machine: Ninja jobs × nvcc threads (one per capability at most)."""
+    """How a build uses the machine: Ninja jobs, of which at most `nvcc_jobs` are nvcc runs
+    (a Ninja pool) of `nvcc_threads` each (one per capability at most); C++ units such as the
+    binding take the other jobs while nvcc runs."""
     jobs: int
     nvcc_threads: int
     cores: int
     memory_gib: float
     cuda_files: int
+    nvcc_jobs: int = 1
 
     def __str__(self) -> str:
-        threads = f" × {self.nvcc_threads} nvcc threads" if self.cuda_files else ""
-        return (f"{self.jobs} jobs{threads} ({self.cores} cores, {self.memory_gib:.0f} GiB "
+        nvcc = (f", nvcc {self.nvcc_jobs} at a time × {self.nvcc_threads} threads"
+                if self.cuda_files else "")
+        return (f"{self.jobs} jobs{nvcc} ({self.cores} cores, {self.memory_gib:.0f} GiB "
                 f"available)")
 
 
@@ -98,8 +102,9 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
           memory_gib: float | None = None) -> Split:
     """Ninja jobs and nvcc threads for `plan`: with fewer CUDA files than cores, each nvcc
     compiles its capabilities in parallel (`--threads`), so a ten-capability kernel uses ten
-    cores; jobs × threads stays within the cores and the memory. `jobs` (--jobs) and
-    $KBUILD_NVCC_THREADS override."""
+    cores; nvcc runs × threads stays within the cores and the memory, and the other jobs (up
+    to one per core) compile C++ beside them. `jobs` (--jobs) and $KBUILD_NVCC_THREADS
+    override."""
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
     units = [(len([s for s in k.src if s.endswith(".cu")]), len(plan.kernel_archs.get(n, [])))
@@ -109,13 +114,16 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     threads = _env_int(NVCC_THREADS_VAR)
     if threads is None:
         threads = max(1, min(archs, cores // max(1, min(cuda_files, cores)))) if cuda_files else 1
+    nvcc_jobs = max(1, -(-cores // threads))
+    if cuda_files:
+        nvcc_jobs = max(1, min(nvcc_jobs, cuda_files, int(memory / (GIB_PER_NVCC * threads))))
     if jobs is None:
-        jobs = max(1, -(-cores // threads))
-        jobs = max(1, min(jobs, int(memory / (GIB_PER_NVCC * threads)) or 1)) if cuda_files else jobs
-    return Split(jobs, threads, cores, memory, cuda_files)
+        jobs = max(nvcc_jobs, min(cores, int(memory / GIB_PER_NVCC) or 1))
+    return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs))
 
 
-def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
+def configure_args(plan: VariantPlan, src: Path, build: Path,
+                   jobs: int | None = None) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
             f"-DCMAKE_CXX_COMPILER={find_cxx()}",
@@ -127,7 +135,8 @@ def configure_args(plan: VariantPlan, src: Path, build: Path) -> list[str]:
     if plan.cuda:
         # CMake wants a default; each kernel target sets its own list of archs.
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
-        args += [f"-DKB_NVCC_THREADS={split(plan).nvcc_threads}",
+        how = split(plan, jobs)
+        args += [f"-DKB_NVCC_THREADS={how.nvcc_threads}", f"-DKB_NVCC_JOBS={how.nvcc_jobs}",
                  f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
                  "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
@@ -220,7 +229,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     log = src / "build.log"
     log.write_text("")
     env = cache_env(compiler_launcher(), plan.project)
-    args = configure_args(plan, src, build)
+    args = configure_args(plan, src, build, jobs)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
