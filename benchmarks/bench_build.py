@@ -91,7 +91,9 @@ def cpp_extension_spec(project: Path, python: str, gen: Path, build: Path) -> tu
     ext_name = f"_{m.general.module_name}_cppext"
     (gen / "extension.cpp").write_text((templates / "extension.cpp").read_text().replace("@ID@", ext_name))
     sources.append(str(gen / "extension.cpp"))
-    defines = ["-DCUDA_KERNEL", "-DUSE_CUDA=1", "-DPy_LIMITED_API=0x03090000"]
+    # Not Py_LIMITED_API: cpp_extension defines TORCH_API_INCLUDE_EXTENSION_H, and pybind11,
+    # which torch/extension.h then pulls in, needs the full Python API. It has no effect on code.
+    defines = ["-DCUDA_KERNEL", "-DUSE_CUDA=1"]
     archs = sorted({c for a in plan.kernel_archs.values() for c in a},
                    key=lambda c: float(c.split("+")[0].rstrip("af")))
     spec = {"name": ext_name, "sources": sources, "includes": list(dict.fromkeys(includes)),
