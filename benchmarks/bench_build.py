@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -54,12 +55,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(cmd: list[str], env: dict, cwd: Path | None = None) -> float:
+def run(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, str]:
+    """Seconds taken, and the build's `compiler cache (...): N hits, M misses` line (or "")."""
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, **env})
     if proc.returncode:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    lines = re.findall(r"^compiler cache \(.*$", proc.stdout + proc.stderr, re.M)
+    return seconds, lines[-1] if lines else ""
 
 
 def copy(src: Path, dst: Path) -> Path:
@@ -124,16 +128,17 @@ def bench_kbuild(name: str, src: Path, python: str, tmp: Path, tool: str, binary
     kbuild = [sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cuda",
               "--python", python]
     try:
-        cold = run(kbuild, cache)
+        cold, cold_cache = run(kbuild, cache)
         shutil.rmtree(project / ".kbuild")
         shutil.rmtree(project / "build")
-        warm = run(kbuild, cache)
-        noop = run(kbuild, cache)
+        warm, warm_cache = run(kbuild, cache)
+        noop, _ = run(kbuild, cache)
     finally:
         if tool == "sccache":
             subprocess.run([binary, "--stop-server"], capture_output=True,
                            env={**os.environ, **cache})
-    return {"cold_s": cold, "warm_s": warm, "noop_s": noop}
+    return {"cold_s": cold, "warm_s": warm, "noop_s": noop,
+            "cold_cache": cold_cache, "warm_cache": warm_cache}
 
 
 def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
@@ -150,7 +155,7 @@ def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
     from kbuild.stages.torch_install import read_torch_install
     env = {"TORCH_CUDA_ARCH_LIST": ";".join(archs), "MAX_JOBS": str(cores),
            "CUDA_HOME": str(find_cuda(read_torch_install(python)).root)}
-    cppext = run([python, str(script), str(tmp / f"{name}.json")], env)
+    cppext, _ = run([python, str(script), str(tmp / f"{name}.json")], env)
     out = {"capabilities": archs, "cpp_extension_cold_s": cppext, "kbuild": {}}
     for tool, binary in caches.items():
         r = bench_kbuild(name, src, python, tmp, tool, binary)
@@ -236,7 +241,7 @@ def main() -> None:
         for tool, k in r["kbuild"].items():
             print(f"{name:12} {len(r['capabilities']):5d} {r['cpp_extension_cold_s']:7.1f}s "
                   f"{tool:>8} {k['cold_s']:6.1f}s {k['warm_s']:5.1f}s {k['noop_s']:5.1f}s "
-                  f"{k['cold_ratio']:9.2f}x {k['warm_ratio']:9.2f}x")
+                  f"{k['cold_ratio']:9.2f}x {k['warm_ratio']:9.2f}x  warm: {k['warm_cache']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     plot(results, args.out.with_suffix(".png"))

@@ -7,6 +7,7 @@
   (`stop` ends such groups).
 - `stream`: a program whose output the caller shows line by line as it comes (a test run).
 - `call`: a program that shares this terminal (interactive, or whose output is the result).
+- `Worker`: a long-lived program asked one line at a time (saves its start-up per question).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Mapping
@@ -133,3 +135,43 @@ def call(cmd: list[str], *, cwd: Path | str | None = None,
     except OSError as e:
         print(f"{cmd[0]}: {e.strerror or e}", file=sys.stderr)
         return 127
+
+
+class Worker:
+    """A long-lived program that answers each line written to its stdin with one line on stdout
+    that starts with `marker` (its other output is skipped; stderr goes to a temporary file)."""
+
+    def __init__(self, cmd: list[str], marker: str, *, env: Mapping[str, str] | None = None):
+        self.marker = marker
+        self.stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, errors="replace", bufsize=1,
+                                     env=None if env is None else dict(env))
+
+    def ask(self, line: str) -> str | None:
+        """The answer (after the marker), or None when the program has ended (see `errors`)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        for out in self.proc.stdout:
+            if out.startswith(self.marker):
+                return out[len(self.marker):].rstrip("\n")
+        return None
+
+    def errors(self, chars: int = 300) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().strip()[-chars:]
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            self.stderr.close()

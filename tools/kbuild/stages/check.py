@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -12,7 +15,7 @@ from pathlib import Path
 from ..core.backend import Backend
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
-from ..core.runner import capture
+from ..core.runner import Worker
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
 from . import binary
@@ -226,14 +229,61 @@ def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
                          parsed.framework == "torch-stable-abi")
 
 
-def probe_load(variant: Path, python: str | None) -> dict:
-    script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
-    proc = capture([python or sys.executable, str(script), str(variant)])
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"loadable": False, "reason": f"probe crashed: {proc.stderr.strip()[-300:]}",
-                "crashed": True}
+PROBE_MARKER = "KBUILD-PROBE "  # resources/scripts/probe_variant.py --serve
+VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}  # changes with every test, means nothing to a load
+
+
+class Probers:
+    """Interpreters that load variants with the real `kernels` loader, one per (python,
+    environment) and at most `keep` at a time, each kept for further variants: torch and kernels
+    are imported once for every variant a process checks (`kbuild check` of several variants, a
+    test session). A variant id it loaded before, a failed load or a crash retires it, so every
+    load happens in a process where nothing of that id was loaded."""
+
+    def __init__(self, keep: int = 2):
+        self.keep = keep
+        self.lock = threading.Lock()
+        self.workers: dict[tuple, tuple[Worker, set[str]]] = {}
+
+    def probe(self, variant: Path, python: str, kid: str) -> dict:
+        key = (python, tuple(sorted(i for i in os.environ.items() if i[0] not in VOLATILE_ENV)))
+        with self.lock:
+            worker, loaded = self.workers.pop(key, (None, set()))
+            if worker is not None and kid in loaded:
+                worker.close()
+                worker, loaded = None, set()
+            if worker is None:
+                while len(self.workers) >= self.keep:
+                    self.workers.pop(next(iter(self.workers)))[0].close()
+                script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
+                worker = Worker([python, str(script), "--serve"], PROBE_MARKER)
+            answer = worker.ask(str(variant))
+            try:
+                result = json.loads(answer) if answer is not None else None
+            except ValueError:
+                result = None
+            if result is None:
+                result = {"loadable": False, "reason": f"probe crashed: {worker.errors()}",
+                          "crashed": True}
+            if result["loadable"] or result.get("skipped"):
+                self.workers[key] = (worker, loaded | {kid})
+            else:
+                worker.close()
+            return result
+
+    def close(self) -> None:
+        with self.lock:
+            for worker, _ in self.workers.values():
+                worker.close()
+            self.workers.clear()
+
+
+PROBERS = Probers()
+atexit.register(PROBERS.close)
+
+
+def probe_load(variant: Path, python: str | None, kid: str) -> dict:
+    return PROBERS.probe(variant, python or sys.executable, kid)
 
 
 def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
@@ -253,7 +303,7 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
         report.problems += abi_problems(so)
         report.problems += variant_code_problems(built, so)
     if load and not report.problems:
-        result = probe_load(built.path, python)
+        result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True
             report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")
