@@ -160,6 +160,17 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def real_compiles_env() -> dict[str, str]:
+    """Environment for a build whose compilers must really run (to be interrupted) while its
+    configuration stays that of the run's other builds, so that the next build meets what it
+    left: with ccache the launcher stays and bypasses its cache (CCACHE_DISABLE); otherwise no
+    launcher (and the next build must then set KBUILD_COMPILER_CACHE=none too)."""
+    launcher = os.environ.get("KBUILD_COMPILER_CACHE", "")
+    if Path(launcher).name == "ccache":
+        return {"CCACHE_DISABLE": "1"}
+    return {"KBUILD_COMPILER_CACHE": "none"}
+
+
 def compiler_pids(project: Path, source: str = "") -> list[int]:
     """Compiler processes (host or CUDA) working on files of `project` (and on `source`)."""
     pids = []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
-                            default_sigint, wait_for, work_folder)
+                            default_sigint, real_compiles_env, wait_for, work_folder)
 from kbuild.matrix import envs, lock, matrix
 from kbuild.stages.check import check_variant
 
@@ -45,7 +45,7 @@ def build_all(project: Path, *args: str, env: dict | None = None,
 
 
 def start_build_all(project: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "KBUILD_COMPILER_CACHE": "none"}  # real compiles, to interrupt
+    env = {**os.environ, **real_compiles_env()}  # compilers to interrupt
     return subprocess.Popen(
         [sys.executable, "-m", "kbuild", "build-all", str(project), "--only", ",".join(ENVS),
          "--envs-dir", str(ENVS_DIR), "--json", str(project / "summary.json"), *args],

@@ -11,22 +11,25 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import (complete_variants, compiler_pids, copy_project, default_sigint,
-                            wait_for)
+                            real_compiles_env, wait_for)
 from kbuild.stages import pipeline
 
 
 def start_build(project: Path) -> subprocess.Popen:
+    """A build whose compilers really run (there is something to interrupt)."""
     return subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True,
+                            start_new_session=True, env={**os.environ, **real_compiles_env()},
                             preexec_fn=default_sigint)
 
 
 @pytest.fixture
 def real_compiles(monkeypatch):
-    """No compiler cache, for the interrupted build and the next one: compilers to interrupt,
-    and the next build configured as the interrupted one was (so it meets what was left)."""
-    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")
+    """The next build is configured as the interrupted one was, so it meets what was left: the
+    same compiler cache (which the interrupted build bypassed), or none when the run has no
+    ccache."""
+    if "KBUILD_COMPILER_CACHE" in real_compiles_env():
+        monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")
 
 
 @pytest.mark.parametrize("how", ["sigint-builder", "sigkill-builder", "sigkill-compiler"])
