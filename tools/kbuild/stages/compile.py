@@ -40,11 +40,14 @@ def cache_tool(name: str) -> str | None:
 
 
 def compiler_launcher() -> str | None:
-    """sccache or ccache when available (KBUILD_COMPILER_CACHE=none disables it)."""
+    """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
+    disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
+    it shares entries between checkouts in different folders; build-all passes sccache, whose
+    per-capability device steps are shared between torch versions."""
     choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
     if choice == "none":
         return None
-    candidates = [choice] if choice != "auto" else ["sccache", "ccache"]
+    candidates = [choice] if choice != "auto" else ["ccache", "sccache"]
     return next(filter(None, map(cache_tool, candidates)), None)
 
 

@@ -62,5 +62,7 @@ def test_compiler_cache_choice(tmp_path, monkeypatch):
     monkeypatch.setattr(comp.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "auto")
     assert comp.compiler_launcher() is None
+    (tmp_path / "sccache").write_text("")
+    assert comp.compiler_launcher() == str(tmp_path / "sccache")
     (tmp_path / "ccache").write_text("")
-    assert comp.compiler_launcher() == str(tmp_path / "ccache")  # next to the interpreter first
+    assert comp.compiler_launcher() == str(tmp_path / "ccache")  # ccache first when both are there
