@@ -11,7 +11,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx2
 import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import (
@@ -22,6 +21,8 @@ from huggingface_hub.errors import (
 )
 
 from kbuild_hub.server import HubServer, git_blob_oid
+
+httpx2 = pytest.importorskip("httpx2", reason="huggingface_hub's HTTP client (hub ≥ 1.x)")
 
 TOKEN = "hf_test_token"
 KERNEL = "org/tiny"

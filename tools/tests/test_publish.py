@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import httpx2
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
@@ -20,6 +19,8 @@ from kbuild.publish import hub as hub_client
 from kbuild.publish import upload as publish
 from kbuild.core.errors import BuildError
 from kbuild_hub.server import HubServer
+
+httpx2 = pytest.importorskip("httpx2", reason="huggingface_hub's HTTP client (hub ≥ 1.x)")
 
 TOKEN = "hf_publish_test_token_5f1c"
 REPO = "kernels-test/img2gray"  # build.toml's [general.hub] repo-id; an org, so the trust check works
