@@ -165,8 +165,8 @@ def real_compiles_env() -> dict[str, str]:
     configuration stays that of the run's other builds, so that the next build meets what it
     left: with ccache the launcher stays and bypasses its cache (CCACHE_DISABLE); otherwise no
     launcher (and the next build must then set KBUILD_COMPILER_CACHE=none too)."""
-    launcher = os.environ.get("KBUILD_COMPILER_CACHE", "")
-    if Path(launcher).name == "ccache":
+    from kbuild.stages.compile import compiler_launcher, is_ccache
+    if is_ccache(compiler_launcher()):
         return {"CCACHE_DISABLE": "1"}
     return {"KBUILD_COMPILER_CACHE": "none"}
 

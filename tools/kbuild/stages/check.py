@@ -229,7 +229,7 @@ def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
                          parsed.framework == "torch-stable-abi")
 
 
-PROBE_MARKER = "KBUILD-PROBE "  # resources/scripts/probe_variant.py --serve
+PROBE_MARKER = "KBUILD-PROBE "  # as resources/scripts/probe_variant.py answers
 VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}  # changes with every test, means nothing to a load
 
 
@@ -256,7 +256,7 @@ class Probers:
                 while len(self.workers) >= self.keep:
                     self.workers.pop(next(iter(self.workers)))[0].close()
                 script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
-                worker = Worker([python, str(script), "--serve"], PROBE_MARKER)
+                worker = Worker([python, str(script)], PROBE_MARKER)
             answer = worker.ask(str(variant))
             try:
                 result = json.loads(answer) if answer is not None else None

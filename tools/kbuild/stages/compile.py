@@ -209,11 +209,16 @@ def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
     return sorted(steps.items(), key=lambda kv: -kv[1])
 
 
+def is_ccache(launcher: str | None) -> bool:
+    name = Path(launcher).name if launcher else ""
+    return "ccache" in name and "sccache" not in name
+
+
 def cache_env(launcher: str | None, project: Path) -> dict[str, str]:
     """The compile's environment: ccache rewrites paths under the project to relative ones
     before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries."""
     env = dict(os.environ)
-    if launcher and "ccache" in Path(launcher).name and "sccache" not in Path(launcher).name:
+    if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
         env.setdefault("CCACHE_BASEDIR", str(project.resolve()).replace("$", "$$"))
     return env

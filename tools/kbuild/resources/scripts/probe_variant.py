@@ -1,7 +1,6 @@
-"""Run by a target interpreter: can the real `kernels` loader load this variant here? Prints JSON.
-
-`probe_variant.py VARIANT` answers once; `probe_variant.py --serve` answers each variant path
-read from stdin with one line `KBUILD-PROBE <json>` (torch and kernels imported once)."""
+"""Run by a target interpreter (stages/check.py Probers): can the real
+`kernels` loader load this variant here? Answers each variant path read from stdin with one line
+`KBUILD-PROBE <json>`; torch and kernels are imported once."""
 
 import json
 import sys
@@ -45,8 +44,5 @@ def probe(variant: Path) -> dict:
     return result
 
 
-if sys.argv[1:] == ["--serve"]:
-    for line in sys.stdin:
-        print(MARKER + json.dumps(probe(Path(line.rstrip("\n")))), flush=True)
-else:
-    print(json.dumps(probe(Path(sys.argv[1]))))
+for line in sys.stdin:
+    print(MARKER + json.dumps(probe(Path(line.rstrip("\n")))), flush=True)
