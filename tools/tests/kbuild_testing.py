@@ -152,7 +152,23 @@ CUDA_ENV = "torch214-cu130"
 def cuda_env():
     """The torch 2.14.1 + CUDA 13.0 environment of pixi.toml, realised from PyPI in envs_folder()."""
     from kbuild.matrix import envs, matrix
+    skip_unless_shipped_locks_fit(CUDA_ENV)
     return envs.realise(matrix.load(REPO).get(CUDA_ENV), envs_folder())
+
+
+def this_python() -> str:
+    return "%d.%d" % sys.version_info[:2]
+
+
+def skip_unless_shipped_locks_fit(env: str) -> None:
+    """Skips the test where the committed lock of `env` is for another Python than this one
+    (the GPU image's): kbuild rightly refuses to realise it there."""
+    import pytest
+    from kbuild.matrix import lock
+    locked = lock.read(REPO / "locks" / "linux-64" / f"pylock.{env}.toml").python
+    if locked != this_python():
+        pytest.skip(f"the shipped lock of {env} is for Python {locked}, which kbuild (rightly) "
+                    f"refuses on Python {this_python()}")
 
 
 def default_sigint() -> None:

@@ -17,8 +17,14 @@ from huggingface_hub.errors import HfHubHTTPError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kbuild.core.errors import BuildError
+from kbuild.publish.hub import check_client
 from kbuild_hub.server import HubServer
 
+try:
+    check_client()
+except BuildError as e:  # e.g. the GPU image's huggingface_hub 1.x
+    pytest.skip(e.message, allow_module_level=True)
 REPO = "org/paths"
 
 

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("ruff", reason="ruff (the builder's dev extra) is not installed")
 TOOLS = Path(__file__).resolve().parents[1]
 
 

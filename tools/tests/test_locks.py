@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import REPO, copy_project, kbuild, one_arch
+from kbuild_testing import REPO, copy_project, kbuild, one_arch, this_python
 from kbuild.core.errors import BuildError
 from kbuild.matrix import envs, lock, matrix
 
@@ -36,7 +36,7 @@ wheels = [{{ url = "{url}", hashes = {{ sha256 = "{sha256}" }} }}]
 [tool.kbuild]
 environment = "tiny"
 platform = "linux-64"
-python = "3.11"
+python = "{this_python()}"
 requirements = ["{name}"]
 indexes = []
 torch-index = false

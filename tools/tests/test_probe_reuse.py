@@ -12,9 +12,6 @@ from pathlib import Path
 
 from kbuild.stages.check import Probers
 
-CPU_VARIANT = "torch213-cxx11-cpu-x86_64-linux"
-
-
 def counting_python(folder: Path, body: str = 'exec "$REAL" "$@"') -> tuple[str, Path]:
     """An interpreter that records each start in a file."""
     starts = folder / "starts"
@@ -29,7 +26,8 @@ def started(starts: Path) -> int:
 
 
 def variant(project: Path) -> tuple[Path, str]:
-    folder = project / "build" / CPU_VARIANT
+    """The one variant the fixture built (for this machine's torch: cpu, or cuda on a GPU's)."""
+    folder, = (m.parent for m in (project / "build").glob("*/metadata.json"))
     return folder, json.loads((folder / "metadata.json").read_text())["id"]
 
 
@@ -48,7 +46,7 @@ def test_one_interpreter_loads_many_ids_and_a_repeat_or_a_failure_starts_afresh(
         assert probers.probe(base[0], python, base[1])["loadable"]  # the same id again
         assert started(starts) == 2
 
-        broken = tmp_path / "broken" / CPU_VARIANT
+        broken = tmp_path / "broken" / base[0].name
         shutil.copytree(base[0], broken)
         (broken / f"{base[1]}.abi3.so").write_bytes(b"not an ELF file")
         failed = probers.probe(broken, python, base[1])  # its id was loaded: a fresh one

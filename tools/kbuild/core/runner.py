@@ -161,9 +161,17 @@ class Worker:
                 return out[len(self.marker):].rstrip("\n")
         return None
 
-    def errors(self, chars: int = 300) -> str:
+    def errors(self, chars: int | None = 300) -> str:
+        """Its stderr so far: the last `chars` characters (None: all of it)."""
         self.stderr.seek(0)
-        return self.stderr.read().strip()[-chars:]
+        text = self.stderr.read().strip()
+        return text if chars is None else text[-chars:]
+
+    def kill(self) -> None:
+        """Ends it now (a question it no longer needs to wait for)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
 
     def close(self) -> None:
         try:
@@ -174,4 +182,6 @@ class Worker:
             self.proc.kill()
             self.proc.wait()
         finally:
-            self.stderr.close()
+            for pipe in (self.proc.stdout, self.stderr):
+                if pipe and not pipe.closed:
+                    pipe.close()

@@ -58,5 +58,6 @@ def lock_envs(mx: Matrix, specs: list[EnvSpec], platform: str, *, envs_dir: Path
                 lock_mod.resolve(target, mx.locks, inst)
                 rows.append(LockRow(spec.name, target.name, path, "written"))
             except BuildError as e:
-                rows.append(LockRow(spec.name, target.name, path, "failed", e.message))
+                where = f" (key `{e.key}`)" if e.key else ""
+                rows.append(LockRow(spec.name, target.name, path, "failed", e.message + where))
     return rows

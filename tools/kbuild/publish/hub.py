@@ -121,6 +121,19 @@ def _hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
     return BuildError(f"{what}: {type(exc).__name__}" + (f": {detail[0]}" if detail else ""))
 
 
+KERNEL_REPOS_SINCE = (2, 3)  # huggingface_hub's first release that commits to kernel repos
+
+
+def check_client() -> None:
+    """One clear error where the installed huggingface_hub cannot publish to a kernel repo."""
+    import huggingface_hub
+    version = huggingface_hub.__version__
+    found = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+    if found < KERNEL_REPOS_SINCE:
+        raise BuildError(f"huggingface_hub {version} cannot commit to kernel repos",
+                         hint="pip install 'huggingface_hub>=%d.%d'" % KERNEL_REPOS_SINCE)
+
+
 class HubClient:
     """HfApi calls with retry-on-transient and one-line errors."""
 

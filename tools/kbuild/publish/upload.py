@@ -30,7 +30,7 @@ from ..core.metadata import KernelGit, VariantMetadata
 from ..core.layout import MANIFEST, METADATA, Layout
 from ..core.runner import capture
 from .card import card_text
-from .hub import REPO_TYPE, HubClient, check_endpoint
+from .hub import REPO_TYPE, HubClient, check_client, check_endpoint
 from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
 
 MAIN = "main"
@@ -198,6 +198,8 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
     o = options
     repo_id, build_dir, tag, create_pr, dry_run = o.repo_id, o.build_dir, o.tag, o.create_pr, o.dry_run
     check_endpoint(o.endpoint)  # before anything imports huggingface_hub
+    if not dry_run:
+        check_client()
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general

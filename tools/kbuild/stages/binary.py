@@ -62,10 +62,151 @@ def _compiler_lib(name: str) -> Path | None:
     return Path(out).parent if out and Path(out).is_absolute() and Path(out).exists() else None
 
 
+class Dynamic:
+    """The dynamic section of a 64-bit little-endian ELF file (x86_64, aarch64), read through
+    its program headers: DT_NEEDED, RPATH/RUNPATH and a lookup of the symbols it defines by its
+    hash table. A handful of reads per library, where pyelftools parses every section (and every
+    hash table) of torch's libraries first. `read` is None for any other file."""
+
+    PT_LOAD, PT_DYNAMIC = 1, 2
+    DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_RPATH, DT_RUNPATH = 1, 4, 5, 6, 15, 29
+    DT_GNU_HASH = 0x6FFFFEF5
+    SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym
+
+    def __init__(self, f, loads: list[tuple[int, int, int]], tags: list[tuple[int, int]]):
+        self.f, self.loads, self.tags = f, loads, tags
+        first = {t: v for t, v in reversed(tags)}
+        self.strtab = self._offset(first.get(self.DT_STRTAB))
+        self.symtab = self._offset(first.get(self.DT_SYMTAB))
+        self.gnu_hash = self._offset(first.get(self.DT_GNU_HASH))
+        self.sysv_hash = self._offset(first.get(self.DT_HASH))
+
+    @classmethod
+    def read(cls, f) -> Dynamic | None:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            return None
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        loads, dynamic = [], None
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
+                "<IIQQQQQQ", table, i * phentsize)
+            if p_type == cls.PT_LOAD:
+                loads.append((p_vaddr, p_offset, p_filesz))
+            elif p_type == cls.PT_DYNAMIC:
+                dynamic = (p_offset, p_filesz)
+        if dynamic is None:
+            return None
+        f.seek(dynamic[0])
+        raw = f.read(dynamic[1])
+        tags = []
+        for tag, value in struct.iter_unpack("<qQ", raw[:len(raw) // 16 * 16]):
+            if tag == 0:
+                break
+            tags.append((tag, value))
+        return cls(f, loads, tags)
+
+    def _offset(self, vaddr: int | None) -> int | None:
+        for start, offset, size in self.loads if vaddr is not None else ():
+            if start <= vaddr < start + size:
+                return vaddr - start + offset
+        return None
+
+    def _string(self, at: int) -> str:
+        self.f.seek(self.strtab + at)
+        out = b""
+        while b"\0" not in out:
+            chunk = self.f.read(256)
+            if not chunk:
+                break
+            out += chunk
+        return out.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+    def strings(self, *tags: int) -> list[str]:
+        if self.strtab is None:
+            return []
+        return [self._string(v) for t, v in self.tags if t in tags]
+
+    def _symbol(self, index: int) -> tuple[str, int]:
+        self.f.seek(self.symtab + index * self.SYM.size)
+        name, _, _, shndx, _, _ = self.SYM.unpack(self.f.read(self.SYM.size))
+        return self._string(name), shndx
+
+    def _words(self, at: int, count: int) -> tuple[int, ...]:
+        self.f.seek(at)
+        return struct.unpack(f"<{count}I", self.f.read(4 * count))
+
+    def defines(self, names: set[str]) -> set[str]:
+        """The names of `names` this library defines (its hash table's answer)."""
+        if self.symtab is None or self.strtab is None:
+            return set()
+        if self.gnu_hash is not None:
+            nbuckets, symoffset, bloom_size, _ = self._words(self.gnu_hash, 4)
+            buckets_at = self.gnu_hash + 16 + 8 * bloom_size
+            buckets = self._words(buckets_at, nbuckets)
+            chains_at = buckets_at + 4 * nbuckets
+            return {n for n in names if self._gnu_defines(n, buckets, symoffset, chains_at)}
+        if self.sysv_hash is not None:
+            nbucket, nchain = self._words(self.sysv_hash, 2)
+            buckets = self._words(self.sysv_hash + 8, nbucket)
+            chains = self._words(self.sysv_hash + 8 + 4 * nbucket, nchain)
+            found = set()
+            for n in names:
+                i = buckets[_sysv_hash(n) % nbucket] if nbucket else 0
+                while i:
+                    name, shndx = self._symbol(i)
+                    if name == n:
+                        if shndx != 0:
+                            found.add(n)
+                        break
+                    i = chains[i] if i < nchain else 0
+            return found
+        return set()
+
+    def _gnu_defines(self, name: str, buckets, symoffset: int, chains_at: int) -> bool:
+        h = _gnu_hash(name)
+        i = buckets[h % len(buckets)] if buckets else 0
+        if i < symoffset:
+            return False
+        while True:
+            chain, = self._words(chains_at + 4 * (i - symoffset), 1)
+            if chain | 1 == h | 1:
+                found, shndx = self._symbol(i)
+                if found == name:
+                    return shndx != 0
+            if chain & 1:
+                return False
+            i += 1
+
+
+def _gnu_hash(name: str) -> int:
+    h = 5381
+    for c in name.encode():
+        h = (h * 33 + c) & 0xFFFFFFFF
+    return h
+
+
+def _sysv_hash(name: str) -> int:
+    h = 0
+    for c in name.encode():
+        h = (h << 4) + c
+        g = h & 0xF0000000
+        h = (h ^ (g >> 24)) & ~g & 0xFFFFFFFF
+    return h
+
+
 def elf_dynamic(path: Path) -> tuple[list[str], list[str]]:
     """(DT_NEEDED entries, RPATH/RUNPATH entries) of a shared library."""
-    needed, paths = [], []
     with path.open("rb") as f:
+        dynamic = Dynamic.read(f)
+        if dynamic is not None:
+            return (dynamic.strings(Dynamic.DT_NEEDED),
+                    dynamic.strings(Dynamic.DT_RPATH, Dynamic.DT_RUNPATH))
+        f.seek(0)
+        needed, paths = [], []
         for section in ELFFile(f).iter_sections():
             if isinstance(section, DynamicSection):
                 for tag in section.iter_tags():
@@ -107,6 +248,10 @@ def loaded_libraries(so: Path, search: list[Path]) -> list[Path]:
 
 def _defines(lib: Path, names: set[str]) -> set[str]:
     with lib.open("rb") as f:
+        dynamic = Dynamic.read(f)
+        if dynamic is not None:
+            return dynamic.defines(names)
+        f.seek(0)
         elf = ELFFile(f)
         table = elf.get_section_by_name(".gnu.hash") or elf.get_section_by_name(".hash")
         found = set()

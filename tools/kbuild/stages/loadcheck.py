@@ -12,11 +12,12 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.errors import BuildError
-from ..core.runner import capture
+from ..core.runner import Worker
 from . import deps
 from .plan import VariantPlan
 
 SCRIPT = resources.files("kbuild") / "resources" / "scripts" / "load_registrations.py"
+MARKER = "KBUILD-LOAD "
 MAX_LINES = 12
 STAMP = "loaded.sha256"  # in the variant's work dir: the .so (and interpreter) that loaded
 REGISTERED_AT = re.compile(r"registered at (\S+?):(\d+)")
@@ -52,14 +53,42 @@ def crash_summary(returncode: int, stderr: str) -> str:
     return f"the process crashed ({how})" + ("\n" + "\n".join(tail[:MAX_LINES]) if tail else "")
 
 
-def probe(so: Path, python: str, torch_lib_dir: str) -> str | None:
-    """Loads `so` in `python`; None when it loads, else what went wrong (torch's text)."""
-    proc = capture([python, str(SCRIPT), str(so), torch_lib_dir])
+class Loader:
+    """The target interpreter with torch's C++ libraries loaded, waiting for one extension:
+    started before compiling, so the check after linking costs only the extension's own load."""
+
+    def __init__(self, python: str, torch_lib_dir: str):
+        self.worker = Worker([python, str(SCRIPT), torch_lib_dir], MARKER)
+
+    def load(self, so: Path) -> str | None:
+        """None when `so` loads, else what went wrong (torch's text). Once per Loader."""
+        answer = self.worker.ask(str(so))
+        try:
+            result = json.loads(answer) if answer is not None else None
+        except ValueError:
+            result = None
+        if result is None:
+            return crash_summary(self.worker.proc.wait(), self.worker.errors(chars=None))
+        return None if result.get("ok") else result.get("error", "unknown error")
+
+    def close(self) -> None:
+        self.worker.kill()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def probe(so: Path, python: str, torch_lib_dir: str, loader: Loader | None = None) -> str | None:
+    """Loads `so` in `python` (in `loader`, when one was started for it); None when it loads,
+    else what went wrong (torch's text)."""
+    loader = loader or Loader(python, torch_lib_dir)
     try:
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return crash_summary(proc.returncode, proc.stderr)
-    return None if result.get("ok") else result.get("error", "unknown error")
+        return loader.load(so)
+    finally:
+        loader.close()
 
 
 def binding_location(plan: VariantPlan, message: str) -> str:
@@ -116,13 +145,13 @@ def loaded_before(plan: VariantPlan, so: Path, work: Path) -> bool:
         return False
 
 
-def check_loads(plan: VariantPlan, so: Path, work: Path) -> None:
+def check_loads(plan: VariantPlan, so: Path, work: Path, loader: Loader | None = None) -> None:
     """Raises BuildError with torch's message when `so` does not load; once per new `.so`."""
     if loaded_before(plan, so, work):
         return
     stamp = work / STAMP
     key = _stamp(so, plan.torch.python, plan.torch.torch_version)
-    problem = probe(so, plan.torch.python, plan.torch.lib_dir)
+    problem = probe(so, plan.torch.python, plan.torch.lib_dir, loader)
     if problem is None:
         stamp.write_text(key + "\n")
         remembered = _remembered(key)

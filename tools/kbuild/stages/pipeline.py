@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,7 +19,7 @@ from .assemble import install, python_files, stage
 from .check import verify_build
 from .compile import compile_variant, split
 from .generate import generate
-from .loadcheck import check_loads, loaded_before
+from .loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
 from .toolchain import Toolkit
 from .torch_install import TorchInstall, read_torch_install
@@ -105,28 +106,31 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
         step(Step(plan.name, "generate"))
         work = generate(plan)
         so, slowest, cache = None, (), ""
-        if plan.compiled:
-            how = split(plan, jobs)
-            compiled = compile_variant(plan, work, jobs, _compile_progress(
-                plan, step, f"({how})") if on_step else None)
-            so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
-                                             for o, t in compiled.slowest)
-            cache = str(compiled.cache) if compiled.cache else ""
-            verify_build(plan, so)
-        step(Step(plan.name, "assemble"))
-        staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
-        try:
-            if so is not None and verify:
-                if loaded_before(plan, staged / so.name, work):
-                    step(Step(plan.name, "loaded"))
-                else:
-                    step(Step(plan.name, "load"))
-                    check_loads(plan, staged / so.name, work)
-            step(Step(plan.name, "install"))
-            changed = install(staged, build_dir, plan.name)
-        finally:
-            if staged.exists():
-                shutil.rmtree(staged, ignore_errors=True)
+        # torch's libraries load in the target interpreter while the compiler runs
+        with Loader(plan.torch.python, plan.torch.lib_dir) if plan.compiled and verify \
+                else nullcontext() as loader:
+            if plan.compiled:
+                how = split(plan, jobs)
+                compiled = compile_variant(plan, work, jobs, _compile_progress(
+                    plan, step, f"({how})") if on_step else None)
+                so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
+                                                 for o, t in compiled.slowest)
+                cache = str(compiled.cache) if compiled.cache else ""
+                verify_build(plan, so)
+            step(Step(plan.name, "assemble"))
+            staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
+            try:
+                if so is not None and verify:
+                    if loaded_before(plan, staged / so.name, work):
+                        step(Step(plan.name, "loaded"))
+                    else:
+                        step(Step(plan.name, "load"))
+                        check_loads(plan, staged / so.name, work, loader)
+                step(Step(plan.name, "install"))
+                changed = install(staged, build_dir, plan.name)
+            finally:
+                if staged.exists():
+                    shutil.rmtree(staged, ignore_errors=True)
     return BuildResult(plan.name, build_dir / plan.name, plan.kernel_id, changed,
                        time.monotonic() - start, slowest, cache)
 

@@ -83,6 +83,38 @@ def test_unresolved_symbols_are_named(tmp_path):
     assert binary.unresolved_symbols(tmp_path / "user.so", [tmp_path]) == ["missing_fn"]
 
 
+@needs_cc
+@pytest.mark.parametrize("hash_style", ["gnu", "sysv", "both"])
+def test_dynamic_reader_agrees_with_pyelftools(tmp_path, hash_style):
+    """The program-header reader (what the post-link check uses for torch's libraries) gives
+    pyelftools' DT_NEEDED, RUNPATH and defined symbols, with either hash table."""
+    from elftools.elf.elffile import ELFFile
+
+    names = [f"fn_{i}_{'x' * (i % 300)}" for i in range(400)]  # long names cross read chunks
+    (tmp_path / "lib.c").write_text(
+        "".join(f"int {n}(void) {{ return {i}; }}\n" for i, n in enumerate(names))
+        + "int imported(void); int call(void) { return imported(); }\n")
+    (tmp_path / "prov.c").write_text("int imported(void) { return 7; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "libprov.so", tmp_path / "prov.c"],
+                   check=True)
+    lib = tmp_path / "libmany.so"
+    subprocess.run(["cc", "-shared", "-fPIC", f"-Wl,--hash-style={hash_style}",
+                    "-Wl,-rpath,$ORIGIN/a:/opt/b", "-o", lib, tmp_path / "lib.c", f"-L{tmp_path}",
+                    "-lprov"], check=True)
+    with lib.open("rb") as f:
+        elf = ELFFile(f)
+        tags = list(elf.get_section_by_name(".dynamic").iter_tags())
+        needed = [t.needed for t in tags if t.entry.d_tag == "DT_NEEDED"]
+        paths = [getattr(t, "rpath", None) or t.runpath for t in tags
+                 if t.entry.d_tag in ("DT_RPATH", "DT_RUNPATH")]
+        defined = {s.name for s in elf.get_section_by_name(".dynsym").iter_symbols()
+                   if s.name and s["st_shndx"] != "SHN_UNDEF"}
+    assert binary.elf_dynamic(lib) == (needed, paths) and "libprov.so" in needed
+    assert paths == ["$ORIGIN/a:/opt/b"]
+    asked = set(names) | {"imported", "no_such_fn", "fn_1"}
+    assert binary._defines(lib, asked) == defined & asked == set(names)
+
+
 def test_stable_abi_rule_flags_torch_cpp_symbols():
     names = ["_ZN3c106detail14torchCheckFailEPKcS2_jS2_", "_ZNK2at10TensorBase5dtypeEv",
              "_ZN5torch6stable6detail3fooEv", "_ZN5torch7Library4implEv", "aoti_torch_empty_strided",

@@ -59,3 +59,16 @@ def test_unreachable_endpoint_with_userinfo_never_prints_it(capfd, caplog):
     captured = capfd.readouterr()
     everything = str(err.value) + "".join(logs) + captured.out + captured.err + caplog.text
     assert SECRET not in everything
+
+
+@pytest.mark.parametrize("version, refused", [("2.2.0", True), ("1.33.0", True), ("2.3.0", False),
+                                              ("2.4.0rc1", False), ("3.0.0", False)])
+def test_a_client_that_cannot_commit_to_kernel_repos_is_one_clean_error(monkeypatch, version, refused):
+    import huggingface_hub
+    monkeypatch.setattr(huggingface_hub, "__version__", version)
+    if not refused:
+        hub_mod.check_client()
+        return
+    with pytest.raises(BuildError) as e:
+        hub_mod.check_client()
+    assert version in e.value.message and "huggingface_hub>=2.3" in e.value.hint

@@ -1,12 +1,14 @@
-"""Run by the target interpreter: load a freshly linked extension so its static registrations
-(TORCH_LIBRARY_EXPAND) run, and print JSON {"ok": ..., "error": ...}.
+"""Run by the target interpreter (stages/loadcheck.py Loader): load a freshly linked extension so
+its static registrations (TORCH_LIBRARY_EXPAND) run.
 
-    python load_registrations.py EXTENSION.so TORCH_LIB_DIR
+    python load_registrations.py TORCH_LIB_DIR     then, on stdin, the path of EXTENSION.so
 
-torch's C++ libraries are loaded directly (a fraction of a second) instead of `import torch`
-(seconds); an extension that needs more than they give is retried after a real `import torch`.
-A registration error (c10::Error thrown by a static initialiser) aborts this process: the
-caller reads torch's message from stderr.
+torch's C++ libraries are loaded directly at start-up (a fraction of a second, instead of the
+seconds of `import torch`), while the builder still compiles; the extension named on stdin is
+loaded then, and one line `KBUILD-LOAD {"ok": ..., "error": ...}` answers. An extension that
+needs more than those libraries give is retried after a real `import torch`. A registration
+error (c10::Error thrown by a static initialiser) aborts this process: the caller reads torch's
+message from stderr.
 """
 
 import ctypes
@@ -15,19 +17,23 @@ import json
 import os
 import sys
 
-so, lib_dir = sys.argv[1], sys.argv[2]
+MARKER = "KBUILD-LOAD "
 LIBS = ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch.so")
+lib_dir = sys.argv[1]
 
 
-def load_direct() -> None:
-    for name in LIBS:
-        path = os.path.join(lib_dir, name)
-        if os.path.exists(path):
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    ctypes.CDLL(so)
+def load_libs() -> OSError | None:
+    try:
+        for name in LIBS:
+            path = os.path.join(lib_dir, name)
+            if os.path.exists(path):
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        return exc
+    return None
 
 
-def load_with_torch() -> None:
+def load_with_torch(so: str) -> None:
     import torch  # noqa: F401
 
     name = os.path.basename(so).split(".")[0]
@@ -35,12 +41,17 @@ def load_with_torch() -> None:
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-try:
+libs_failed = load_libs()
+so = sys.stdin.readline().rstrip("\n")
+if so:
     try:
-        load_direct()
-    except OSError:
-        load_with_torch()
-    result = {"ok": True}
-except Exception as exc:  # reported by the builder
-    result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-print(json.dumps(result))
+        try:
+            if libs_failed:
+                raise libs_failed
+            ctypes.CDLL(so)
+        except OSError:
+            load_with_torch(so)
+        result = {"ok": True}
+    except Exception as exc:  # reported by the builder
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(MARKER + json.dumps(result), flush=True)
