@@ -4,7 +4,8 @@ every declared capability, the same sources, archs and flags, on this machine.
 For each project (img2gray, examples/activation, and kernels-community's relu when a tarball of
 those projects is given or found beside the checkout):
 
-- kbuild cold: a fresh copy, an empty compiler cache (sccache, and/or ccache: --caches);
+- kbuild cold: a fresh copy, an empty compiler cache (sccache, and/or ccache: --caches; `none`:
+  no compiler cache, what a machine without one gets);
 - kbuild warm: the same copy with .kbuild/ and build/ removed, nothing changed in the kernel:
   everything comes from the compiler cache;
 - kbuild no-op: the same command again on the same tree;
@@ -12,11 +13,13 @@ those projects is given or found beside the checkout):
   kernel's sources + the builder's generated extension.cpp), TORCH_CUDA_ARCH_LIST set to the same
   capabilities, the same nvcc and C++ flags and defines, MAX_JOBS = the cores.
 
-Ratios are kbuild / cpp_extension-cold of the same run (smaller is faster). Prints a table and
+Ratios are kbuild / cpp_extension-cold of the same run (smaller is faster), each the median of
+--repeat rounds (every round builds in fresh folders with empty caches). Prints a table and
 writes JSON (and a plot beside it, with matplotlib):
 
     .venv/bin/python benchmarks/bench_build.py [--projects img2gray activation relu]
-        [--caches sccache ccache] [--corpus TARBALL] [--python CUDA_PY] [--out docs/bench_build.json]
+        [--caches sccache ccache none] [--repeat N] [--corpus TARBALL] [--python CUDA_PY]
+        [--out docs/bench_build.json]
 
 Without --python the torch214-cu130 environment of the builder's matrix is realised (cached).
 """
@@ -29,6 +32,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -107,6 +111,8 @@ def cpp_extension_spec(project: Path, python: str, gen: Path, build: Path) -> tu
 
 
 def find_cache(tool: str, given: str | None = None) -> str:
+    if tool == "none":
+        return "none"
     for candidate in (given, Path(sys.executable).parent / tool, shutil.which(tool)):
         if candidate and Path(candidate).is_file():
             return str(candidate)
@@ -114,6 +120,8 @@ def find_cache(tool: str, given: str | None = None) -> str:
 
 
 def cache_env(tool: str, binary: str, where: Path) -> dict:
+    if tool == "none":  # no compiler cache: every build compiles everything
+        return {"KBUILD_COMPILER_CACHE": "none"}
     if tool == "ccache":
         return {"CCACHE_DIR": str(where), "KBUILD_COMPILER_CACHE": binary}
     return {"SCCACHE_DIR": str(where), "SCCACHE_SERVER_PORT": str(free_port()),
@@ -142,24 +150,39 @@ def bench_kbuild(name: str, src: Path, python: str, tmp: Path, tool: str, binary
 
 
 def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
-          caches: dict[str, str]) -> dict:
-    other = copy(src, tmp / "cpp_extension" / name)
-    gen, build = tmp / "gen" / name, tmp / "ce-build" / name
-    gen.mkdir(parents=True)
-    build.mkdir(parents=True)
-    spec, archs = cpp_extension_spec(other, python, gen, build)
-    (tmp / f"{name}.json").write_text(json.dumps(spec))
-    script = tmp / "cppext.py"
-    script.write_text(CPP_EXT)
+          caches: dict[str, str], repeat: int = 1) -> dict:
+    """Each round: cpp_extension cold, then kbuild cold/warm/no-op per cache, all in fresh
+    folders; the figures are the medians of the rounds (each round's are kept in *_runs)."""
     from kbuild.stages.toolchain import find_cuda
     from kbuild.stages.torch_install import read_torch_install
-    env = {"TORCH_CUDA_ARCH_LIST": ";".join(archs), "MAX_JOBS": str(cores),
-           "CUDA_HOME": str(find_cuda(read_torch_install(python)).root)}
-    cppext, _ = run([python, str(script), str(tmp / f"{name}.json")], env)
-    out = {"capabilities": archs, "cpp_extension_cold_s": cppext, "kbuild": {}}
-    for tool, binary in caches.items():
-        r = bench_kbuild(name, src, python, tmp, tool, binary)
-        r |= {"cold_ratio": r["cold_s"] / cppext, "warm_ratio": r["warm_s"] / cppext,
+    env = {"MAX_JOBS": str(cores), "CUDA_HOME": str(find_cuda(read_torch_install(python)).root)}
+    script = tmp / "cppext.py"
+    tmp.mkdir(parents=True, exist_ok=True)
+    script.write_text(CPP_EXT)
+    cppext_runs, kbuild_runs, archs = [], {tool: [] for tool in caches}, []
+    for round_ in range(repeat):
+        here = tmp / f"round{round_}"
+        other = copy(src, here / "cpp_extension" / name)
+        gen, build = here / "gen" / name, here / "ce-build" / name
+        gen.mkdir(parents=True)
+        build.mkdir(parents=True)
+        spec, archs = cpp_extension_spec(other, python, gen, build)
+        (here / f"{name}.json").write_text(json.dumps(spec))
+        seconds, _ = run([python, str(script), str(here / f"{name}.json")],
+                         env | {"TORCH_CUDA_ARCH_LIST": ";".join(archs)})
+        cppext_runs.append(seconds)
+        for tool, binary in caches.items():
+            kbuild_runs[tool].append(bench_kbuild(name, src, python, here, tool, binary))
+    cppext = statistics.median(cppext_runs)
+    out = {"capabilities": archs, "rounds": repeat, "cpp_extension_cold_s": cppext,
+           "cpp_extension_cold_runs": cppext_runs, "kbuild": {}}
+    for tool, runs in kbuild_runs.items():
+        r = {}
+        for kind in ("cold", "warm", "noop"):
+            values = [x[f"{kind}_s"] for x in runs]
+            r |= {f"{kind}_s": statistics.median(values), f"{kind}_runs": values}
+        r |= {"cold_cache": runs[-1]["cold_cache"], "warm_cache": runs[-1]["warm_cache"],
+              "cold_ratio": r["cold_s"] / cppext, "warm_ratio": r["warm_s"] / cppext,
               "noop_ratio": r["noop_s"] / cppext}
         out["kbuild"][tool] = r
     return out
@@ -212,9 +235,13 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=default_corpus,
                     help="a .tar.gz of kernel-builder projects (for relu)")
     ap.add_argument("--python", help="a CUDA torch interpreter (default: torch214-cu130)")
-    ap.add_argument("--caches", nargs="+", default=["sccache"], choices=["sccache", "ccache"],
-                    help="compiler caches to time kbuild with (each: cold, warm, no-op)")
+    ap.add_argument("--caches", nargs="+", default=["sccache"], choices=["sccache", "ccache", "none"],
+                    help="compiler caches to time kbuild with (each: cold, warm, no-op; none: "
+                    "no compiler cache, so warm compiles everything again)")
     ap.add_argument("--sccache", help="the sccache binary (default: next to this python, or on PATH)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of every build (medians reported; the lent GPU machine varies "
+                    "by 10-25%% between runs)")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "bench_build.json")
     args = ap.parse_args()
     python = args.python
@@ -227,12 +254,14 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", python,
                         "ninja"], check=True)
     cores = len(os.sched_getaffinity(0))
-    results = {"machine": {"cores": cores, "python": sys.version.split()[0]}, "projects": {}}
+    results = {"machine": {"cores": cores, "python": sys.version.split()[0]},
+               "rounds": args.repeat, "projects": {}}
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         for name, src in projects(args.projects, args.corpus, tmp).items():
             print(f"{name}: building (cpp_extension cold; kbuild cold, warm, no-op) ...", flush=True)
-            results["projects"][name] = bench(name, src, python, tmp / name, cores, caches)
+            results["projects"][name] = bench(name, src, python, tmp / name, cores, caches,
+                                              args.repeat)
             args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, kept
             args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n{'project':12} {'archs':>5} {'cpp_ext':>8} {'cache':>8} {'cold':>7} {'warm':>6} "
