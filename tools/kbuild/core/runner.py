@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -160,6 +161,14 @@ class Worker:
             if out.startswith(self.marker):
                 return out[len(self.marker):].rstrip("\n")
         return None
+
+    def ask_json(self, line: str) -> dict | None:
+        """The answer read as JSON; None when the program ended or answered something else."""
+        answer = self.ask(line)
+        try:
+            return json.loads(answer) if answer is not None else None
+        except ValueError:
+            return None
 
     def errors(self, chars: int | None = 300) -> str:
         """Its stderr so far: the last `chars` characters (None: all of it)."""

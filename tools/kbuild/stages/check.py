@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import re
 import sys
@@ -257,11 +256,7 @@ class Probers:
                     self.workers.pop(next(iter(self.workers)))[0].close()
                 script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
                 worker = Worker([python, str(script)], PROBE_MARKER)
-            answer = worker.ask(str(variant))
-            try:
-                result = json.loads(answer) if answer is not None else None
-            except ValueError:
-                result = None
+            result = worker.ask_json(str(variant))
             if result is None:
                 result = {"loadable": False, "reason": f"probe crashed: {worker.errors()}",
                           "crashed": True}

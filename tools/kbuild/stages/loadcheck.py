@@ -5,7 +5,6 @@ build with torch's own message instead of aborting the user's Python later."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import signal
 from importlib import resources
@@ -62,11 +61,7 @@ class Loader:
 
     def load(self, so: Path) -> str | None:
         """None when `so` loads, else what went wrong (torch's text). Once per Loader."""
-        answer = self.worker.ask(str(so))
-        try:
-            result = json.loads(answer) if answer is not None else None
-        except ValueError:
-            result = None
+        result = self.worker.ask_json(str(so))
         if result is None:
             return crash_summary(self.worker.proc.wait(), self.worker.errors(chars=None))
         return None if result.get("ok") else result.get("error", "unknown error")

@@ -13,7 +13,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -26,17 +25,16 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kbuild.cli import app
+from kbuild_testing import skip_unless_shipped_locks_fit
 from kbuild.core.errors import BuildError
 from kbuild.matrix import envs, installer, lock, matrix
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORM = "linux-64"
 ENV = "torch213-cpu"
+skip_unless_shipped_locks_fit(ENV)  # e.g. on the GPU image
 BASE_TEXT = (REPO / "locks" / PLATFORM / f"pylock.{ENV}.toml").read_text()
 BASE = tomllib.loads(BASE_TEXT)
-if BASE["tool"]["kbuild"]["python"] != "%d.%d" % sys.version_info[:2]:  # e.g. the GPU image
-    pytest.skip(f"the shipped lock of {ENV} is for Python {BASE['tool']['kbuild']['python']}, "
-                "which kbuild (rightly) refuses on another Python", allow_module_level=True)
 PLANTED = "http://127.0.0.1:9/simple"
 LINE = re.compile(r"[a-z0-9.-]+===[\w.+!-]+( --hash=sha256:[0-9a-f]{64})+")
 

@@ -22,18 +22,24 @@ LIBS = ("libc10.so", "libc10_cuda.so", "libtorch_cpu.so", "libtorch_cuda.so", "l
 lib_dir = sys.argv[1]
 
 
-def load_libs() -> OSError | None:
+def load_libs() -> bool:
     try:
         for name in LIBS:
             path = os.path.join(lib_dir, name)
             if os.path.exists(path):
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    except OSError as exc:
-        return exc
-    return None
+    except OSError:
+        return False
+    return True
 
 
-def load_with_torch(so: str) -> None:
+def load(so: str, libs_loaded: bool) -> None:
+    if libs_loaded:
+        try:
+            ctypes.CDLL(so)
+            return
+        except OSError:
+            pass
     import torch  # noqa: F401
 
     name = os.path.basename(so).split(".")[0]
@@ -41,16 +47,11 @@ def load_with_torch(so: str) -> None:
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-libs_failed = load_libs()
+libs_loaded = load_libs()
 so = sys.stdin.readline().rstrip("\n")
 if so:
     try:
-        try:
-            if libs_failed:
-                raise libs_failed
-            ctypes.CDLL(so)
-        except OSError:
-            load_with_torch(so)
+        load(so, libs_loaded)
         result = {"ok": True}
     except Exception as exc:  # reported by the builder
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
