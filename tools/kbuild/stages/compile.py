@@ -13,6 +13,7 @@ from typing import Callable
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
+from . import pch
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -126,12 +127,13 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
 
 
 def configure_args(plan: VariantPlan, src: Path, build: Path,
-                   jobs: int | None = None) -> list[str]:
+                   jobs: int | None = None, precompiled_header: bool = False) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
             f"-DCMAKE_CXX_COMPILER={find_cxx()}",
             # Skip CMake's probe compiles (ABI/feature detection): the plan supplies all flags.
-            "-DCMAKE_CXX_COMPILER_FORCED=ON"]
+            "-DCMAKE_CXX_COMPILER_FORCED=ON",
+            f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}"]
     launcher = compiler_launcher()
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
@@ -191,6 +193,7 @@ class Compiled:
     so: Path
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
+    pch: pch.Outcome | None = None  # what the binding's precompiled header did
 
 
 def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
@@ -214,13 +217,20 @@ def is_ccache(launcher: str | None) -> bool:
     return "ccache" in name and "sccache" not in name
 
 
-def cache_env(launcher: str | None, project: Path) -> dict[str, str]:
+def cache_env(launcher: str | None, project: Path, precompiled_header: bool = False
+              ) -> dict[str, str]:
     """The compile's environment: ccache rewrites paths under the project to relative ones
-    before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries."""
+    before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries;
+    with a precompiled header it needs the sloppiness its manual names for one (it hashes the
+    `.gch` itself)."""
     env = dict(os.environ)
     if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
         env.setdefault("CCACHE_BASEDIR", str(project.resolve()).replace("$", "$$"))
+        if precompiled_header:
+            given = [v for v in env.get("CCACHE_SLOPPINESS", "").split(",") if v.strip()]
+            env["CCACHE_SLOPPINESS"] = ",".join(dict.fromkeys(given + ["pch_defines",
+                                                                       "time_macros"]))
     return env
 
 
@@ -236,8 +246,10 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     build = src / "cmake-build"
     log = src / "build.log"
     log.write_text("")
-    env = cache_env(compiler_launcher(), plan.project)
-    args = configure_args(plan, src, build, jobs)
+    launcher = compiler_launcher()
+    pch_off = pch.off_reason(plan, find_cxx(), launcher)
+    env = cache_env(launcher, plan.project, pch_off is None)
+    args = configure_args(plan, src, build, jobs, pch_off is None)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
@@ -247,13 +259,22 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
-    launcher = compiler_launcher()
     before = cache_counts(launcher)
-    run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
+    header, maker = (pch.prepare(plan, src, build, launcher, _tool("ninja")) if pch_off is None
+                     else (pch.Outcome("off", pch_off), None))
+    try:
+        run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
+    except BaseException:
+        if maker:
+            maker.cancel()
+        raise
+    steps = ninja_steps(build, since)
+    if maker:
+        header = maker.settle(steps)
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")
     after = cache_counts(launcher) if before else None
     cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
              if before and after else None)
-    return Compiled(so, ninja_steps(build, since)[:SLOWEST], cache)
+    return Compiled(so, steps[:SLOWEST], cache, header)

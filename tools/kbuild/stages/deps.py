@@ -212,16 +212,16 @@ def make_private_dir(path: Path) -> None:
         path.chmod(0o755)  # whatever the umask: only the owner writes the cache
 
 
-def trusted_base(root: Path) -> Path:
-    """`root`/cutlass, created if missing, after checking that only you (or root) can change it
+def trusted_base(root: Path, name: str = "cutlass", what: str = "the CUTLASS header cache") -> Path:
+    """`root`/`name`, created if missing, after checking that only you (or root) can change it
     or any folder above it; a BuildError otherwise."""
     make_private_dir(root)
-    base = root / "cutlass"
+    base = root / name
     make_private_dir(base)
     for path in [base, root, *root.parents]:
         problem = unsafe_reason(path.lstat(), sticky_ok=path not in (base, root))
         if problem:
-            raise BuildError(f"the CUTLASS header cache cannot be trusted: {path}: {problem}",
+            raise BuildError(f"{what} cannot be trusted: {path}: {problem}",
                              hint=f"make it yours and not writable by others (chmod go-w), or set "
                                   f"{CACHE_VAR} to a folder only you can write")
     return base

@@ -262,7 +262,7 @@ def generate(plan: VariantPlan) -> Path:
     write_if_changed(out / "_ops.py", ops_py(plan))
     if cmake is not None:
         write_if_changed(out / "plan.cmake", cmake)
-        for name in ("CMakeLists.txt", "registration.h", "abi_shim.cpp"):
+        for name in ("CMakeLists.txt", "registration.h", "abi_shim.cpp", "torch_pch.h"):
             write_if_changed(out / name, template(name))
         write_if_changed(out / "extension.cpp", template("extension.cpp").replace("@ID@", plan.kernel_id))
     return out

@@ -1,0 +1,202 @@
+"""The binding's precompiled torch header (stages/pch.py): which bindings take it, which part of
+the compile line keys it, and, with the real GCC over a small stand-in for torch's include tree,
+that it is made, used, re-made when a header changes and refused where the project would shadow
+one of torch's headers — the object compiled with it is the same bytes as without."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from kbuild.stages import pch
+
+BINDING = """// the binding
+#include <torch/library.h>
+#include "registration.h"
+
+int twice(int x) { return TORCH_TWICE(x); }
+"""
+
+
+@pytest.mark.parametrize("text", [
+    BINDING,
+    "/* licence\n   text */\n#pragma once\n#include <ATen/Parallel.h>\n#include <torch/library.h>\n",
+    "#include <torch/all.h>\n#include \"registration.h\"\n",
+])
+def test_a_binding_that_starts_with_torch_takes_the_header(tmp_path, text):
+    (tmp_path / "b.cpp").write_text(text)
+    assert pch.source_reason(tmp_path / "b.cpp") is None
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("#define TORCH_ASSERT_ONLY_METHOD_OPERATORS\n#include <torch/library.h>\n",
+     "does not start with a torch #include"),
+    ("#if defined(CUDA_KERNEL)\n#include <torch/csrc/stable/library.h>\n#endif\n",
+     "does not start with a torch #include"),
+    ('#include "my_torch.h"\n#include <torch/library.h>\n', "does not start with a torch #include"),
+    ("#include <ATen/Tensor.h>\n", "does not include <torch/library.h>"),
+    ("int x;\n#include <torch/library.h>\n", "has code before its first #include"),
+])
+def test_a_binding_that_does_not_is_left_alone(tmp_path, text, reason):
+    (tmp_path / "b.cpp").write_text(text)
+    assert reason in pch.source_reason(tmp_path / "b.cpp")
+
+
+def fake_plan(project: Path, **kw) -> SimpleNamespace:
+    return SimpleNamespace(project=project, stable_abi=kw.get("stable_abi"),
+                           manifest=SimpleNamespace(torch=SimpleNamespace(src=["b.cpp", "b.h"])))
+
+
+def test_what_turns_it_off(tmp_path, monkeypatch):
+    (tmp_path / "b.cpp").write_text(BINDING)
+    plan = fake_plan(tmp_path)
+    gxx = shutil.which("g++")
+    assert pch.off_reason(plan, gxx, None) is None
+    assert pch.off_reason(plan, gxx, "/usr/bin/ccache") is None
+    assert "sccache" in pch.off_reason(plan, gxx, "/x/sccache")
+    assert pch.off_reason(fake_plan(tmp_path, stable_abi=(2, 10)), gxx, None) == "stable-ABI binding"
+    monkeypatch.setenv(pch.PCH_VAR, "off")
+    assert pch.off_reason(plan, gxx, None) == f"{pch.PCH_VAR}=off"
+
+
+def compile_line(project: Path, build: Path, torch: Path) -> list[str]:
+    return ["/usr/bin/c++", "-DCPU_KERNEL", f"-DTORCH_EXTENSION_NAME=_x_{project.name}",
+            f"-I{build.parent}", f"-I{project}/csrc", "-isystem", str(torch), "-O2",
+            "-std=gnu++20", "-fPIC", f"-ffile-prefix-map={project}/=",
+            f"-ffile-prefix-map={build}/=", "-ffile-prefix-map=../../=",
+            f"-ffile-prefix-map={torch.parent}/=", "-include", f"{build.parent}/{pch.HEADER}",
+            "-Winvalid-pch", "-fpch-preprocess", "-o", "CMakeFiles/b.o", "-c", f"{project}/b.cpp"]
+
+
+def test_the_key_leaves_out_the_project(tmp_path):
+    torch = tmp_path / "env" / "include"
+    lines = [pch.header_flags(["/x/ccache", *compile_line(tmp_path / p, tmp_path / p / "w/b", torch)],
+                              "/x/ccache", [str(tmp_path / p), str(tmp_path / p / "w/b")])
+             for p in ("one", "two")]
+    (flags, includes), (other, _) = lines
+    assert flags == other and pch.key_of(flags) == pch.key_of(other)
+    assert flags == ["/usr/bin/c++", "-DCPU_KERNEL", "-isystem", str(torch), "-O2", "-std=gnu++20",
+                     "-fPIC", f"-ffile-prefix-map={torch.parent}/="]
+    assert includes == [str(tmp_path / "one/w"), str(tmp_path / "one/csrc")]
+    assert pch.key_of(flags) != pch.key_of([*flags, "-DNDEBUG"])
+
+
+def test_a_depfile_is_read_with_escaped_spaces(tmp_path):
+    (tmp_path / "d").write_text("x.gch: /a/b.h \\\n /c/with\\ space.h\\\n /d/e.h\n")
+    assert pch.read_depfile(tmp_path / "d") == ["/a/b.h", "/c/with space.h", "/d/e.h"]
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    """A project whose binding includes a stand-in <torch/library.h>, CMake's compile line for
+    it, and a private cache."""
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(pch.PCH_VAR, raising=False)
+    torch = tmp_path / "env" / "include"
+    (torch / "torch").mkdir(parents=True)
+    (torch / "torch" / "library.h").write_text(
+        "#pragma once\n#include <vector>\n#include <string>\n#include <map>\n"
+        "#define TORCH_TWICE(x) ((x) * 2)\ninline const char* where() { return __FILE__; }\n")
+    project = tmp_path / "proj"
+    work = project / ".kbuild" / "variant"
+    build = work / "cmake-build"
+    build.mkdir(parents=True)
+    (project / "csrc").mkdir()
+    (project / "b.cpp").write_text(BINDING + "const char* w() { return where(); }\n")
+    (work / "registration.h").write_text("#pragma once\n")
+    (work / pch.HEADER).write_text(pch.header_text())
+    argv = compile_line(project, build, torch)
+    (build / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(build), "command": shlex.join(argv), "file": str(project / "b.cpp"),
+          "output": "CMakeFiles/b.o"}]))
+    (build / "CMakeFiles").mkdir()
+    return SimpleNamespace(plan=fake_plan(project), work=work, build=build, torch=torch,
+                           argv=argv, project=project)
+
+
+def prepare(s):
+    return pch.prepare(s.plan, s.work, s.build, None, shutil.which("ninja") or "ninja")
+
+
+def compile_binding(s) -> tuple[bytes, str]:
+    proc = subprocess.run(s.argv, cwd=s.build, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return (s.build / "CMakeFiles" / "b.o").read_bytes(), proc.stderr
+
+
+def test_made_once_then_used_with_the_same_bytes(setup):
+    s = setup
+    text, _ = compile_binding(s)
+    outcome, maker = prepare(s)
+    assert outcome is None and maker is not None
+    assert str(maker.finish()).startswith("precompiled torch header: made for the next builds")
+    outcome, maker = prepare(s)
+    assert maker is None and outcome.state == "used"
+    link = s.work / f"{pch.HEADER}.gch"
+    assert link.is_symlink() and link.resolve().parent.parent == pch.store()
+    with_pch, warnings = compile_binding(s)
+    assert "pch" not in warnings  # -Winvalid-pch: GCC took it
+    assert with_pch == text
+    shown = subprocess.run([*s.argv[:-2], "-H", "-fsyntax-only", s.argv[-1]], cwd=s.build,
+                           capture_output=True, text=True).stderr
+    assert f"! {link}" in shown  # GCC's mark for a precompiled header it used
+
+
+def test_a_changed_header_makes_it_again(setup):
+    s = setup
+    prepare(s)[1].finish()
+    header = s.torch / "torch" / "library.h"
+    os.utime(header, ns=(1, 1))  # touched, same content: still valid
+    assert prepare(s)[0].state == "used"
+    header.write_text(header.read_text() + "#define MORE 1\n")
+    outcome, maker = prepare(s)
+    assert outcome is None and maker is not None  # stale: removed, made again
+    assert not (s.work / f"{pch.HEADER}.gch").exists()
+    maker.finish()
+    assert prepare(s)[0].state == "used"
+
+
+def test_a_project_header_of_the_same_name_keeps_it_off(setup):
+    s = setup
+    prepare(s)[1].finish()
+    (s.project / "csrc" / "torch").mkdir()
+    (s.project / "csrc" / "torch" / "library.h").write_text("#pragma once\n")
+    outcome, maker = prepare(s)
+    assert maker is None and outcome.state == "off"
+    assert "csrc/torch/library.h would be read instead of torch's torch/library.h" in outcome.detail
+    assert not (s.work / f"{pch.HEADER}.gch").exists()
+
+
+def test_a_store_others_can_write_is_not_used(setup):
+    s = setup
+    prepare(s)[1].finish()
+    store = pch.store()
+    store.chmod(0o777)
+    outcome, maker = prepare(s)
+    assert maker is None and outcome.state == "off" and "other users can write it" in outcome.detail
+    assert not (s.work / f"{pch.HEADER}.gch").exists()
+
+
+def test_a_failed_make_is_reported_and_leaves_nothing(setup):
+    s = setup
+    (s.torch / "torch" / "library.h").write_text("#error broken\n")
+    outcome, maker = prepare(s)
+    result = maker.finish()
+    assert result.state == "failed" and "pch-make.log" in result.detail
+    assert "#error broken" in (s.work / "pch-make.log").read_text()
+    assert [p.name for p in pch.store().iterdir()] == []
+
+
+def test_a_binding_from_the_compiler_cache_does_not_wait(setup):
+    s = setup
+    _, maker = prepare(s)
+    outcome = maker.settle([("CMakeFiles/b.o", 0.2)])
+    assert outcome.state == "off" and "compiler cache" in outcome.detail
+    assert [p.name for p in pch.store().iterdir()] == []
