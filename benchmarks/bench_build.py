@@ -4,8 +4,12 @@ every declared capability, the same sources, archs and flags, on this machine.
 For each project (img2gray, examples/activation, and kernels-community's relu when a tarball of
 those projects is given or found beside the checkout):
 
-- kbuild cold: a fresh copy, an empty compiler cache (sccache, and/or ccache: --caches; `none`:
-  no compiler cache, what a machine without one gets);
+- kbuild first: the first build in this environment: a fresh copy, an empty compiler cache
+  (sccache, and/or ccache: --caches; `none`: no compiler cache, what a machine without one gets)
+  and no precompiled torch header yet (an empty $KBUILD_CACHE_DIR; the build makes it, in
+  parallel, unless the cache is sccache);
+- kbuild cold: another fresh copy, an empty compiler cache again, the header the first build made
+  (what every later new project or checkout on this environment gets);
 - kbuild warm: the same copy with .kbuild/ and build/ removed, nothing changed in the kernel:
   everything comes from the compiler cache;
 - kbuild no-op: the same command again on the same tree;
@@ -60,14 +64,16 @@ def free_port() -> int:
 
 
 def run(cmd: list[str], env: dict, cwd: Path | None = None) -> tuple[float, str]:
-    """Seconds taken, and the build's `compiler cache (...): N hits, M misses` line (or "")."""
+    """Seconds taken, and the build's `compiler cache (...): N hits, M misses` and `precompiled
+    torch header: ...` lines (or "")."""
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, **env})
     if proc.returncode:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     seconds = time.perf_counter() - start
-    lines = re.findall(r"^compiler cache \(.*$", proc.stdout + proc.stderr, re.M)
-    return seconds, lines[-1] if lines else ""
+    lines = re.findall(r"^(?:compiler cache \(|precompiled torch header:).*$",
+                       proc.stdout + proc.stderr, re.M)
+    return seconds, "; ".join(lines)
 
 
 def copy(src: Path, dst: Path) -> Path:
@@ -129,24 +135,29 @@ def cache_env(tool: str, binary: str, where: Path) -> dict:
 
 
 def bench_kbuild(name: str, src: Path, python: str, tmp: Path, tool: str, binary: str) -> dict:
-    """kbuild cold (fresh copy, empty cache), warm (.kbuild/ and build/ removed: all from the
-    cache) and a no-op rebuild (same tree, nothing changed)."""
-    cache = cache_env(tool, binary, tmp / tool)
-    project = copy(src, tmp / f"kbuild-{tool}" / name)
-    kbuild = [sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cuda",
-              "--python", python]
-    try:
-        cold, cold_cache = run(kbuild, cache)
-        shutil.rmtree(project / ".kbuild")
-        shutil.rmtree(project / "build")
-        warm, warm_cache = run(kbuild, cache)
-        noop, _ = run(kbuild, cache)
-    finally:
-        if tool == "sccache":
-            subprocess.run([binary, "--stop-server"], capture_output=True,
-                           env={**os.environ, **cache})
-    return {"cold_s": cold, "warm_s": warm, "noop_s": noop,
-            "cold_cache": cold_cache, "warm_cache": warm_cache}
+    """kbuild first (the first build in this environment: empty compiler cache, no precompiled
+    torch header yet, which it makes), cold (a fresh copy, an empty compiler cache, the header
+    the first build made), warm (.kbuild/ and build/ removed: all from the cache) and a no-op
+    rebuild (same tree, nothing changed)."""
+    user_cache = {"KBUILD_CACHE_DIR": str(tmp / f"user-cache-{tool}")}  # the header's store
+    kbuild = lambda project: [sys.executable, "-m", "kbuild", "build", str(project),  # noqa: E731
+                              "--backend", "cuda", "--python", python]
+    out = {}
+    for phase in ("first", "cold"):
+        cache = cache_env(tool, binary, tmp / tool / phase) | user_cache  # an empty cache each
+        project = copy(src, tmp / f"kbuild-{tool}-{phase}" / name)
+        try:
+            out[f"{phase}_s"], out[f"{phase}_cache"] = run(kbuild(project), cache)
+            if phase == "cold":
+                shutil.rmtree(project / ".kbuild")
+                shutil.rmtree(project / "build")
+                out["warm_s"], out["warm_cache"] = run(kbuild(project), cache)
+                out["noop_s"], _ = run(kbuild(project), cache)
+        finally:
+            if tool == "sccache":
+                subprocess.run([binary, "--stop-server"], capture_output=True,
+                               env={**os.environ, **cache})
+    return out
 
 
 def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
@@ -178,12 +189,11 @@ def bench(name: str, src: Path, python: str, tmp: Path, cores: int,
            "cpp_extension_cold_runs": cppext_runs, "kbuild": {}}
     for tool, runs in kbuild_runs.items():
         r = {}
-        for kind in ("cold", "warm", "noop"):
+        for kind in ("first", "cold", "warm", "noop"):
             values = [x[f"{kind}_s"] for x in runs]
             r |= {f"{kind}_s": statistics.median(values), f"{kind}_runs": values}
-        r |= {"cold_cache": runs[-1]["cold_cache"], "warm_cache": runs[-1]["warm_cache"],
-              "cold_ratio": r["cold_s"] / cppext, "warm_ratio": r["warm_s"] / cppext,
-              "noop_ratio": r["noop_s"] / cppext}
+        r |= {f"{k}_cache": runs[-1][f"{k}_cache"] for k in ("first", "cold", "warm")}
+        r |= {f"{k}_ratio": r[f"{k}_s"] / cppext for k in ("first", "cold", "warm", "noop")}
         out["kbuild"][tool] = r
     return out
 
@@ -198,7 +208,7 @@ def plot(results: dict, path: Path) -> None:
     names = list(results["projects"])
     bars = [("cpp_extension cold", lambda r: r["cpp_extension_cold_s"])]
     for tool in next(iter(results["projects"].values()), {}).get("kbuild", {}):
-        for kind in ("cold", "warm"):
+        for kind in ("first", "cold", "warm"):
             bars.append((f"kbuild {kind} ({tool})", lambda r, t=tool, k=kind: r["kbuild"][t][f"{k}_s"]))
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(bars)
@@ -259,18 +269,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_:
         tmp = Path(tmp_)
         for name, src in projects(args.projects, args.corpus, tmp).items():
-            print(f"{name}: building (cpp_extension cold; kbuild cold, warm, no-op) ...", flush=True)
+            print(f"{name}: building (cpp_extension cold; kbuild first, cold, warm, no-op) ...",
+                  flush=True)
             results["projects"][name] = bench(name, src, python, tmp / name, cores, caches,
                                               args.repeat)
             args.out.parent.mkdir(parents=True, exist_ok=True)  # what is done so far, kept
             args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\n{'project':12} {'archs':>5} {'cpp_ext':>8} {'cache':>8} {'cold':>7} {'warm':>6} "
-          f"{'no-op':>6} {'cold ratio':>10} {'warm ratio':>10}")
+    print(f"\n{'project':12} {'archs':>5} {'cpp_ext':>8} {'cache':>8} {'first':>7} {'cold':>7} "
+          f"{'warm':>6} {'no-op':>6} {'first':>6} {'cold':>6} {'warm':>6} (ratios)")
     for name, r in results["projects"].items():
         for tool, k in r["kbuild"].items():
             print(f"{name:12} {len(r['capabilities']):5d} {r['cpp_extension_cold_s']:7.1f}s "
-                  f"{tool:>8} {k['cold_s']:6.1f}s {k['warm_s']:5.1f}s {k['noop_s']:5.1f}s "
-                  f"{k['cold_ratio']:9.2f}x {k['warm_ratio']:9.2f}x  warm: {k['warm_cache']}")
+                  f"{tool:>8} {k['first_s']:6.1f}s {k['cold_s']:6.1f}s {k['warm_s']:5.1f}s "
+                  f"{k['noop_s']:5.1f}s {k['first_ratio']:5.2f}x {k['cold_ratio']:5.2f}x "
+                  f"{k['warm_ratio']:5.2f}x")
+            print(f"{'':12}   cold: {k['cold_cache']}\n{'':12}   warm: {k['warm_cache']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     plot(results, args.out.with_suffix(".png"))

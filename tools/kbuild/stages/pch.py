@@ -30,13 +30,12 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import BuildError
-from ..core.runner import capture, spawn_logged, stop
+from ..core.runner import Process, capture, spawn_logged, stop
 from . import deps
 from .plan import VariantPlan
 
@@ -283,7 +282,7 @@ def _system_includes(flags: list[str]) -> list[str]:
 @dataclass
 class Maker:
     """A precompiled header being made beside the build."""
-    proc: subprocess.Popen
+    proc: Process
     tmp: Path
     entry: Path
     started: float
