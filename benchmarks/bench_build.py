@@ -140,8 +140,11 @@ def bench_kbuild(name: str, src: Path, python: str, tmp: Path, tool: str, binary
     the first build made), warm (.kbuild/ and build/ removed: all from the cache) and a no-op
     rebuild (same tree, nothing changed)."""
     user_cache = {"KBUILD_CACHE_DIR": str(tmp / f"user-cache-{tool}")}  # the header's store
-    kbuild = lambda project: [sys.executable, "-m", "kbuild", "build", str(project),  # noqa: E731
-                              "--backend", "cuda", "--python", python]
+
+    def kbuild(project: Path) -> list[str]:
+        return [sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cuda",
+                "--python", python]
+
     out = {}
     for phase in ("first", "cold"):
         cache = cache_env(tool, binary, tmp / tool / phase) | user_cache  # an empty cache each
