@@ -13,7 +13,7 @@ from typing import Callable
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
-from . import pch
+from . import configure_seed, pch
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -234,6 +234,28 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
     return env
 
 
+def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str, str],
+              on_line: Callable[[str], None] | None = None) -> None:
+    """CMake configure into `build`, from a seed when one fits (stages/configure_seed.py), else
+    identifying the compilers (and keeping a seed for the next new folder)."""
+    key = configure_seed.key_of(args, src, build)
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
+    if configure_seed.restore(key, src, build):
+        try:
+            with log.open("a", encoding="utf-8") as f:
+                f.write("# compiler checks: from $KBUILD_CACHE_DIR/cmake/" + key + "\n")
+            run_logged(args, log, "CMake configure", env=env, on_line=on_line)
+            return
+        except BuildError:
+            shutil.rmtree(build)
+            build.mkdir(parents=True)
+            with log.open("a", encoding="utf-8") as f:
+                f.write("# the configure from a seed failed: again from an empty folder\n")
+    run_logged(args, log, "CMake configure", env=env, on_line=on_line)
+    configure_seed.save(key, src, build)
+
+
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
                     progress: Progress | None = None) -> Compiled:
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps."""
@@ -254,7 +276,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
     if not (build / "build.ninja").is_file():
-        run_logged(args, log, "CMake configure", env=env, on_line=phase("configure"))
+        configure(args, src, build, log, env, phase("configure"))
         stamp.write_text("\n".join(args))
     cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
