@@ -1,13 +1,12 @@
-"""Tests of kbuild_hub with the real huggingface_hub and kernels clients."""
+"""Tests of kbuild_hub with the real huggingface_hub client. The real `kernels` clients (its CLI:
+versions, info, lock, download; get_kernel trusted and untrusted, offline loads) run against it
+in test_publish.py, on kernels `kbuild upload` published."""
 
 from __future__ import annotations
 
 import hashlib
 import http.client
 import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -74,23 +73,6 @@ def publish(api: HfApi, folder: Path, repo_id: str = KERNEL, version: int = 1) -
 
 def local_files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-
-
-def client_env(hub: HubServer, tmp_path: Path) -> dict[str, str]:
-    """Environment for client subprocesses: the server as endpoint, an empty HF_HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE_", "KERNELS_"))}
-    env.pop("LOCAL_KERNELS", None)
-    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf_home"))
-    return env
-
-
-def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-
-
-def kernels_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).parent / "kernels"
-    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def raw_request(hub: HubServer, method: str, path: str, conn: http.client.HTTPConnection | None = None, **kw):
@@ -473,70 +455,3 @@ def test_persistence(tmp_path):
         assert hub.files(KERNEL, revision="v1") == files
         api = HfApi(endpoint=hub.url, token=TOKEN)
         assert {b.name for b in api.list_repo_refs(KERNEL, repo_type="kernel").branches} == {"main", "v1"}
-
-
-# ----------------------------------------------------------------------------- kernels clients
-
-
-def test_kernels_versions_cli(hub, api, tmp_path):
-    publish(api, make_kernel_folder(tmp_path / "src"))
-    publish(api, make_kernel_folder(tmp_path / "src2"), version=2)
-    result = kernels_cli("versions", KERNEL, env=client_env(hub, tmp_path))
-    assert result.returncode == 0, result.stderr
-    assert "Version 1" in result.stdout and "Version 2" in result.stdout
-    assert "torch-cpu" in result.stdout
-    assert not hub.unknown_routes
-
-
-def test_kernels_lock_and_download_cli(hub, api, tmp_path):
-    oid = publish(api, make_kernel_folder(tmp_path / "src"))
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "pyproject.toml").write_text(
-        '[project]\nname = "p"\nversion = "0.1"\n\n[tool.kernels.dependencies]\n"org/tiny" = 1\n'
-    )
-    env = client_env(hub, tmp_path)
-    locked = kernels_cli("lock", str(project), env=env)
-    assert locked.returncode == 0, locked.stderr
-    lock = json.loads((project / "kernels.lock").read_text())
-    assert lock == [{"dependency": {"repo-id": KERNEL, "version": 1}, "lock": {"commit": oid}}]
-    downloaded = kernels_cli("download", str(project), env=env)
-    assert downloaded.returncode == 0, downloaded.stderr
-    assert list((tmp_path / "hf_home").rglob(f"snapshots/{oid}/build/torch-cpu/_ops.py"))
-
-
-GET_KERNEL = """
-import kernels
-k = kernels.get_kernel("org/tiny", version=1)
-print("LOADED", k.hello(), k.__name__)
-print("HAS", kernels.has_kernel("org/tiny", version=1))
-"""
-
-GET_UNTRUSTED = """
-import kernels
-try:
-    kernels.get_kernel("org/tiny", version=1)
-except ValueError as e:
-    print("REFUSED", e)
-k = kernels.get_kernel("org/tiny", version=1, trust_remote_code=True)
-print("LOADED", k.hello())
-"""
-
-
-def test_get_kernel_trusted_and_untrusted(hub, api, tmp_path):
-    publish(api, make_kernel_folder(tmp_path / "src"))
-    env = client_env(hub, tmp_path)
-
-    result = run_python(GET_KERNEL, env)
-    assert result.returncode == 0, result.stderr
-    assert "LOADED tiny says hi _tiny_cpu_abc1234" in result.stdout
-    assert "HAS True" in result.stdout
-    assert ("GET", "/api/organizations/org/overview", 200) in hub.requests
-
-    hub.trusted_publisher = False
-    env["HF_HOME"] = str(tmp_path / "hf_home2")  # nothing cached
-    result = run_python(GET_UNTRUSTED, env)
-    assert result.returncode == 0, result.stderr
-    assert "REFUSED Kernel repository 'org/tiny' is not from a trusted publisher" in result.stdout
-    assert "LOADED tiny says hi" in result.stdout
-    assert not hub.unknown_routes
