@@ -238,20 +238,24 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
               on_line: Callable[[str], None] | None = None) -> None:
     """CMake configure into `build`, from a seed when one fits (stages/configure_seed.py), else
     identifying the compilers (and keeping a seed for the next new folder)."""
+    def empty_build() -> None:
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+
+    def note(text: str) -> None:
+        with log.open("a", encoding="utf-8") as f:
+            f.write(f"# {text}\n")
+
     key = configure_seed.key_of(args, src, build)
-    shutil.rmtree(build, ignore_errors=True)
-    build.mkdir(parents=True)
+    empty_build()
     if configure_seed.restore(key, src, build):
+        note(f"compiler checks: from $KBUILD_CACHE_DIR/cmake/{key}")
         try:
-            with log.open("a", encoding="utf-8") as f:
-                f.write("# compiler checks: from $KBUILD_CACHE_DIR/cmake/" + key + "\n")
             run_logged(args, log, "CMake configure", env=env, on_line=on_line)
             return
         except BuildError:
-            shutil.rmtree(build)
-            build.mkdir(parents=True)
-            with log.open("a", encoding="utf-8") as f:
-                f.write("# the configure from a seed failed: again from an empty folder\n")
+            empty_build()
+            note("the configure from a seed failed: again from an empty folder")
     run_logged(args, log, "CMake configure", env=env, on_line=on_line)
     configure_seed.save(key, src, build)
 

@@ -152,11 +152,5 @@ def save(key: str, src: Path, build: Path) -> None:
         os.rename(tmp, entry)
     except OSError:  # saved by another build meanwhile
         shutil.rmtree(tmp, ignore_errors=True)
-    _prune(root)
+    deps.prune_entries(root, KEEP)
 
-
-def _prune(root: Path, keep: int = KEEP) -> None:
-    entries = sorted((p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[keep:]:
-        shutil.rmtree(old, ignore_errors=True)

@@ -212,6 +212,15 @@ def make_private_dir(path: Path) -> None:
         path.chmod(0o755)  # whatever the umask: only the owner writes the cache
 
 
+def prune_entries(root: Path, keep: int) -> None:
+    """Removes all but the `keep` most recently used entry folders of a cache store (folders
+    still being written, `*.tmp*`, are left alone)."""
+    entries = sorted((p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def trusted_base(root: Path, name: str = "cutlass", what: str = "the CUTLASS header cache") -> Path:
     """`root`/`name`, created if missing, after checking that only you (or root) can change it
     or any folder above it; a BuildError otherwise."""

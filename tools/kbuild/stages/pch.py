@@ -312,7 +312,7 @@ class Maker:
             os.rename(self.tmp, self.entry)
         except OSError:  # made by another build meanwhile
             shutil.rmtree(self.tmp, ignore_errors=True)
-        prune(self.entry.parent)
+        deps.prune_entries(self.entry.parent, KEEP)
         return Outcome("made", f"{seconds:.1f}s")
 
     def settle(self, steps: list[tuple[str, float]]) -> Outcome:
@@ -328,13 +328,6 @@ class Maker:
     def cancel(self) -> None:
         stop([self.proc], grace=2)
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def prune(root: Path, keep: int = KEEP) -> None:
-    entries = sorted((p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _output(argv: list[str]) -> str:
