@@ -1,19 +1,25 @@
-"""Builds the img2gray kernel (no-op when up to date) and loads it through the real `kernels`."""
+"""Builds the img2gray kernel (no-op when up to date) and loads it through the real `kernels`.
+torch is imported by the fixtures, not here: a test runner that only schedules tests (pytest-xdist's
+controller) loads this file too."""
 
 from pathlib import Path
 
 import pytest
-import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _backend() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="session")
 def variant_dir() -> Path:
     from kbuild.stages import pipeline
 
-    backend = "cuda" if torch.cuda.is_available() else "cpu"
-    (result,) = pipeline.build(PROJECT, backends=[backend])
+    (result,) = pipeline.build(PROJECT, backends=[_backend()])
     return result.path
 
 
@@ -21,10 +27,9 @@ def variant_dir() -> Path:
 def kernel(variant_dir):
     import kernels
 
-    backend = "cuda" if torch.cuda.is_available() else "cpu"
-    return kernels.get_local_kernel(PROJECT, backend=backend)
+    return kernels.get_local_kernel(PROJECT, backend=_backend())
 
 
 @pytest.fixture(scope="session")
 def device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return _backend()

@@ -1,8 +1,10 @@
 """A real CUTLASS tree from PyPI: provisioned, verified, compiled against with nvcc, and
-provisioned again after an edit."""
+provisioned again after an edit. The tree and the probe sit at the same paths in every run, so
+the probe's compile is a hit of the run's compiler cache once the same sources compiled."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -10,7 +12,9 @@ import pytest
 from kbuild.core.errors import BuildError
 from kbuild.core.runner import capture
 from kbuild.stages import deps
+from kbuild.stages.compile import is_ccache
 from kbuild.stages.toolchain import nvcc_candidates
+from kbuild_testing import work_folder
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +37,7 @@ __global__ void round_half(float* x) {{
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     release = deps.CUTLASS["cutlass_4_5"]  # a tree vendored by another package than NVIDIA's
-    root = tmp_path_factory.mktemp("cutlass-cache")
+    root = work_folder("cutlass-headers", tmp_path_factory.mktemp("cutlass-headers")) / "cache"
     try:
         return release, root, deps.provision(release, root)
     except BuildError as e:
@@ -61,14 +65,18 @@ def test_the_tree_is_the_pinned_release_with_upstreams_include_dirs(tree):
     assert deps.verify_tree(path, release) is None
 
 
-def test_nvcc_compiles_against_the_tree(tree, tmp_path):
-    release, _, path = tree
+def test_nvcc_compiles_against_the_tree(tree):
+    release, root, path = tree
     major, minor = release.minor
+    tmp_path = root.parent / "probe"
+    tmp_path.mkdir()
     src = tmp_path / "probe.cu"
     src.write_text(PROBE.format(major=major, minor=minor))
     includes = [f"-I{d}" for d in deps.include_dirs(path)]
-    built = capture([nvcc(), "-std=c++17", "--expt-relaxed-constexpr", *includes, "-c", str(src),
-                     "-o", str(tmp_path / "probe.o")], timeout=600)
+    cache = os.environ.get("KBUILD_COMPILER_CACHE", "")
+    launcher = [cache] if is_ccache(cache) and os.path.isabs(cache) else []
+    built = capture([*launcher, nvcc(), "-std=c++17", "--expt-relaxed-constexpr", *includes, "-c",
+                     str(src), "-o", str(tmp_path / "probe.o")], timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     # the collective builders include .inl files, which sdists of other packages leave out
     builder = tmp_path / "builder.cu"

@@ -11,7 +11,6 @@ import re
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 from pydantic import AfterValidator, Field, StrictInt, StrictStr
 
 from ..backend import GENERAL_PYTHON_DEPENDS, Backend
@@ -110,6 +109,8 @@ def kernel_dependency(value: str) -> str:
 
 
 def repo_id(value: str) -> str:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # ~0.1 s: only when used
+
     try:
         validate_repo_id(value)
     except HFValidationError:
