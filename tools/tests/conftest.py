@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,23 @@ def builds(tmp_path_factory):
 def cuda_python() -> str:
     """Interpreter of the torch214-cu130 environment of pixi.toml, realised from PyPI (cached)."""
     return str(cuda_env().python)
+
+
+class _QuickSleep:
+    """The `time` module as huggingface_hub's HTTP retries see it, waiting 10 ms at most."""
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, 0.01))
+
+
+@pytest.fixture(autouse=True)
+def _quick_client_retries(monkeypatch):
+    """huggingface_hub waits 1 s, 2 s, ... before it retries a request; the test servers' faults
+    are injected, so in-process clients retry after 10 ms (the requests and their order stay)."""
+    http = sys.modules.get("huggingface_hub.utils._http")
+    if http is not None:
+        monkeypatch.setattr(http, "time", _QuickSleep())

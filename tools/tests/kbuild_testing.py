@@ -188,14 +188,18 @@ def real_compiles_env() -> dict[str, str]:
 
 
 def compiler_pids(project: Path, source: str = "") -> list[int]:
-    """Compiler processes (host or CUDA) working on files of `project` (and on `source`)."""
+    """Compiler processes (host or CUDA, and a compiler cache running one) working on files of
+    `project` (and on `source`); not the shell that started them."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
+            continue
+        cmd = b" ".join(argv).decode(errors="replace")
+        if Path(argv[0].decode(errors="replace")).name in ("sh", "bash", "dash"):
             continue
         if str(project) in cmd and source in cmd and any(
                 t in cmd for t in ("cc1plus", "cicc", "ptxas", "nvcc ", " -c ")):
