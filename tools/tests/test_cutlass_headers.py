@@ -4,7 +4,6 @@ the probe's compile is a hit of the run's compiler cache once the same sources c
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from kbuild.core.errors import BuildError
 from kbuild.core.runner import capture
 from kbuild.stages import deps
-from kbuild.stages.compile import is_ccache
+from kbuild.stages.compile import compiler_launcher, is_ccache
 from kbuild.stages.toolchain import nvcc_candidates
 from kbuild_testing import work_folder
 
@@ -73,8 +72,7 @@ def test_nvcc_compiles_against_the_tree(tree):
     src = tmp_path / "probe.cu"
     src.write_text(PROBE.format(major=major, minor=minor))
     includes = [f"-I{d}" for d in deps.include_dirs(path)]
-    cache = os.environ.get("KBUILD_COMPILER_CACHE", "")
-    launcher = [cache] if is_ccache(cache) and os.path.isabs(cache) else []
+    launcher = [cache] if is_ccache(cache := compiler_launcher()) else []  # as the builds use it
     built = capture([*launcher, nvcc(), "-std=c++17", "--expt-relaxed-constexpr", *includes, "-c",
                      str(src), "-o", str(tmp_path / "probe.o")], timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
