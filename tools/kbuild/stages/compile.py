@@ -228,8 +228,8 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
               ) -> dict[str, str]:
     """The compile's environment: ccache rewrites paths under the project to relative ones
     before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries;
-    with a precompiled header it needs the sloppiness its manual names for one (it hashes the
-    `.gch` itself)."""
+    with a precompiled header it needs the sloppiness its manual names for one, and hashes the
+    header's checksum file instead of the header (stages/pch.py)."""
     env = dict(os.environ)
     if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
@@ -238,6 +238,7 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
             given = [v for v in env.get("CCACHE_SLOPPINESS", "").split(",") if v.strip()]
             env["CCACHE_SLOPPINESS"] = ",".join(dict.fromkeys(given + ["pch_defines",
                                                                        "time_macros"]))
+            env["CCACHE_PCH_EXTSUM"] = "true"
     return env
 
 

@@ -14,7 +14,9 @@ for this compiler, these flags and these headers exists, GCC reads that instead.
   the project (its -I folders, TORCH_EXTENSION_NAME, the prefix maps of the project and build
   folders, dependency and output options), so other projects on the same environment share it.
   Kept in $KBUILD_CACHE_DIR/pch/<key>/, the key a hash of that line and the compiler's identity,
-  with the size and mtime of every file GCC read for it.
+  with the size and mtime of every file GCC read for it, and `torch_pch.h.gch.sum` (the
+  header's sha256): ccache hashes that file instead of the ~250 MB header
+  (pch_external_checksum), so a compiler-cache hit of the binding takes 0.01 s, not 0.8 s.
 - Used: only when every one of those files is unchanged and no folder of the project's include
   path holds a file that would have been found instead of one of torch's. Otherwise, or while
   none exists, the binding compiles from source as before, and the header is made beside the
@@ -41,6 +43,7 @@ from .plan import VariantPlan
 
 PCH_VAR = "KBUILD_PCH"
 HEADER = "torch_pch.h"
+SUM = f"{HEADER}.gch.sum"  # read by ccache in place of the header (pch_external_checksum)
 CXX_SUFFIXES = (".cc", ".cpp", ".cxx")
 COMPILED_S = 1.0  # a binding step this long compiled (a compiler-cache hit takes a fraction)
 KEEP = 6  # precompiled headers kept (least recently used go first); each is ~250 MB
@@ -226,7 +229,7 @@ def store() -> Path:
 
 
 def _record(entry: Path) -> dict | None:
-    for path in (entry, entry / f"{HEADER}.gch", entry / "stamps.json"):
+    for path in (entry, entry / f"{HEADER}.gch", entry / SUM, entry / "stamps.json"):
         try:
             if deps.unsafe_reason(path.lstat()):
                 return None
@@ -307,6 +310,7 @@ class Maker:
         record = {"files": [[*st, _sha256(st[0])] for st in map(_stamp, files) if st],
                   "system_includes": self.system_includes}
         (self.tmp / "stamps.json").write_text(json.dumps(record), encoding="utf-8")
+        (self.tmp / SUM).write_text(_sha256(str(self.tmp / f"{HEADER}.gch")) + "\n", encoding="utf-8")
         (self.tmp / "deps.d").unlink(missing_ok=True)
         try:
             os.rename(self.tmp, self.entry)
@@ -346,9 +350,10 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
             ) -> tuple[Outcome | None, Maker | None]:
     """Before Ninja runs: links a valid precompiled header next to `work/torch_pch.h` (and says
     "used"), or removes a stale link and starts making one (returns its Maker)."""
-    link = work / f"{HEADER}.gch"
-    if link.is_symlink() or link.exists():
-        link.unlink()
+    link, sum_link = work / f"{HEADER}.gch", work / SUM
+    for old in (link, sum_link):
+        if old.is_symlink() or old.exists():
+            old.unlink()
     found = binding_command(build, binding_cxx_sources(plan)[0])
     if found is None:
         return Outcome("off", "no compile line for the binding"), None
@@ -370,6 +375,7 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
             return Outcome("off", why), None
         os.utime(entry)
         link.symlink_to(entry / f"{HEADER}.gch")
+        sum_link.symlink_to(entry / SUM)
         return Outcome("used", key[:12]), None
     if not binding_outdated(build, argv, ninja):
         return None, None  # nothing to compile: make it when the binding next compiles

@@ -5,6 +5,7 @@ one of torch's headers — the object compiled with it is the same bytes as with
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -147,6 +148,35 @@ def test_made_once_then_used_with_the_same_bytes(setup):
     shown = subprocess.run([*s.argv[:-2], "-H", "-fsyntax-only", s.argv[-1]], cwd=s.build,
                            capture_output=True, text=True).stderr
     assert f"! {link}" in shown  # GCC's mark for a precompiled header it used
+    digest = hashlib.sha256(link.resolve().read_bytes()).hexdigest()
+    assert (s.work / pch.SUM).resolve().read_text() == digest + "\n"
+
+
+def test_ccache_keys_a_hit_on_the_checksum_file_not_the_header(setup, tmp_path):
+    """ccache reads the entry's checksum file in place of the header: a hit, and a miss once that
+    file says the header is another one (it does not re-read the ~250 MB header per hit)."""
+    from kbuild.stages.compile import cache_env, cache_tool
+    ccache = cache_tool("ccache")
+    if not ccache:
+        pytest.skip("no ccache")
+    s = setup
+    prepare(s)[1].finish()
+    assert prepare(s)[0].state == "used"
+    env = {**cache_env(ccache, s.project, precompiled_header=True), "CCACHE_DIR": str(tmp_path / "cc")}
+
+    def compile_counts() -> tuple[int, int]:
+        proc = subprocess.run([ccache, *s.argv], cwd=s.build, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True,
+                               text=True).stdout
+        counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+        return int(counts["direct_cache_hit"]), int(counts["cache_miss"])
+
+    assert compile_counts() == (0, 1)
+    assert compile_counts() == (1, 1)
+    checksum = (s.work / pch.SUM).resolve()
+    checksum.write_text("0" * 64 + "\n")
+    assert compile_counts() == (1, 2)
 
 
 def test_a_changed_header_makes_it_again(setup):
