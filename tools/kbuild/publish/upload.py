@@ -219,6 +219,11 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
     branch = general.hub.branch or f"v{general.version}"
     build_dir = Layout.of(project, build_dir).build_dir
 
+    hub = HubClient(repo_id, endpoint=o.endpoint, token=o.token, log=warn, retries=o.retries,
+                    backoff=o.backoff)
+    if not dry_run and not create_pr:
+        _check_write_access(hub)  # a wrong token fails in a second, before the load checks
+
     variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=o.allow_dirty,
                                         load=o.load, python=o.python, log=log, warn=warn)
     to_upload = version_files(project, variants)
@@ -226,9 +231,6 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
     if len(to_upload) > MAX_OPERATIONS:
         log(f"note: {len(to_upload)} files in one commit (the reference uploader batches by "
             f"{MAX_OPERATIONS}); one commit keeps the upload atomic")
-
-    hub = HubClient(repo_id, endpoint=o.endpoint, token=o.token, log=warn, retries=o.retries,
-                    backoff=o.backoff)
 
     names = ", ".join(v.name for v in variants)
     message = f"Upload {general.name} version {general.version} ({names})"
@@ -244,8 +246,6 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
     exists = hub.exists()
     branches, tags = hub.call("reading refs", hub.refs) if exists else ({}, {})
     branch_exists = branch in branches
-    if not dry_run and not create_pr:
-        _check_write_access(hub)
     if dry_run or tag in tags:
         planned = (sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
                    if branch_exists else SyncResult(compute_diff(

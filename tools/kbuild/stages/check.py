@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import re
 import sys
@@ -14,10 +16,10 @@ from pathlib import Path
 from ..core.backend import Backend
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
-from ..core.runner import Worker
+from ..core.runner import Worker, capture
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
-from . import binary
+from . import binary, deps
 
 MANYLINUX = "manylinux_2_28"
 PYTHON_ABI = "3.9"
@@ -277,8 +279,64 @@ PROBERS = Probers()
 atexit.register(PROBERS.close)
 
 
+PROBE_MEMO_VAR = "KBUILD_PROBE_MEMO"  # "off": every check loads its variants again
+# What, besides the interpreter's files, a `kernels` load of a variant folder depends on.
+_LOADER_ENV = re.compile(r"^(LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|PYTHONHOME|PYTHONSAFEPATH"
+                         r"|LOCAL_KERNELS|(CUDA|TORCH|PYTORCH|KERNELS)_\w*)$")
+_IDENTITIES: dict[str, str | None] = {}
+
+
+def loader_identity(python: str) -> str | None:
+    """The target interpreter as a `kernels` load sees it (resources/scripts/loader_identity.py:
+    its path, module path, and torch/kernels/huggingface_hub with a fingerprint of their files),
+    read once per process; None when it cannot be read."""
+    if python not in _IDENTITIES:
+        script = resources.files("kbuild") / "resources" / "scripts" / "loader_identity.py"
+        proc = capture([python, str(script)], timeout=120)
+        out = proc.stdout.strip()
+        _IDENTITIES[python] = out if proc.returncode == 0 and out.startswith("{") else None
+    return _IDENTITIES[python]
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """sha256 of every file of `folder` (path and bytes; bytecode left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if "__pycache__" not in p.parts):
+        if path.is_file() or path.is_symlink():
+            digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest() if path.is_file() else b"link")
+    return digest.hexdigest()
+
+
+def probe_memo(variant: Path, python: str) -> Path | None:
+    """Where the user's cache remembers that these very files loaded with `kernels` in this
+    interpreter (same packages, same loader environment), or None (memo off or unusable)."""
+    if os.environ.get(PROBE_MEMO_VAR, "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    identity = loader_identity(python)
+    if identity is None:
+        return None
+    env = sorted((k, v) for k, v in os.environ.items() if _LOADER_ENV.match(k))
+    key = json.dumps([folder_fingerprint(variant), identity, env])
+    return deps.memo_file("probed", hashlib.sha256(key.encode()).hexdigest())
+
+
 def probe_load(variant: Path, python: str | None, kid: str) -> dict:
-    return PROBERS.probe(variant, python or sys.executable, kid)
+    """Loads `variant` with the real `kernels` in `python`, unless these very files loaded there
+    before (the user's cache remembers successes only: a failure is loaded again every time)."""
+    python = python or sys.executable
+    memo = probe_memo(variant, python)
+    remembered = deps.read_memo(memo)
+    if remembered is not None:
+        try:
+            return {"loadable": True, "reason": "", "ops": list(json.loads(remembered)["ops"]),
+                    "remembered": True}
+        except (ValueError, KeyError, TypeError):
+            pass
+    result = PROBERS.probe(variant, python, kid)
+    if result["loadable"]:
+        deps.write_memo(memo, json.dumps({"ops": result["ops"]}))
+    return result
 
 
 def check_variant(variant: Path, *, python: str | None = None, load: bool = True) -> CheckReport:
@@ -301,7 +359,8 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
         result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True
-            report.notes.append(f"loaded by kernels; ops: {', '.join(result['ops']) or 'none'}")
+            before = " (these files, this interpreter: remembered)" if result.get("remembered") else ""
+            report.notes.append(f"loaded by kernels{before}; ops: {', '.join(result['ops']) or 'none'}")
         elif result.get("skipped"):
             report.notes.append(f"not loadable on this machine: {result['reason']}")
         else:

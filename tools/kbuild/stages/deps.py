@@ -212,6 +212,47 @@ def make_private_dir(path: Path) -> None:
         path.chmod(0o755)  # whatever the umask: only the owner writes the cache
 
 
+def memo_file(folder: str, key: str) -> Path | None:
+    """$KBUILD_CACHE_DIR/`folder`/`key`: where a check's success is remembered (the file's
+    presence, or its JSON), if that cache is safe to trust: the folder and those above it owned
+    by you (or root) and writable by no one else. None where it is not."""
+    try:
+        base = trusted_base(cache_root(), folder, "the load-check memo")
+    except (BuildError, OSError):
+        return None
+    return base / key
+
+
+def read_memo(path: Path | None) -> str | None:
+    """The text of a memo file, when it is a plain file only you (or root) can write."""
+    if path is None:
+        return None
+    try:
+        if _unsafe_file(path):
+            return None
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _unsafe_file(path: Path) -> bool:
+    st = path.lstat()
+    return not stat.S_ISREG(st.st_mode) or unsafe_reason(st) is not None
+
+
+def write_memo(path: Path | None, text: str = "") -> None:
+    """Writes a memo file (owner-only, atomically); a cache that cannot be written is no error."""
+    if path is None:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 def prune_entries(root: Path, keep: int) -> None:
     """Removes all but the `keep` most recently used entry folders of a cache store (folders
     still being written, `*.tmp*`, are left alone)."""

@@ -111,17 +111,8 @@ def _stamp(so: Path, python: str, torch_version: str = "") -> str:
 
 def _remembered(key: str) -> Path | None:
     """Where the user's cache remembers that the `.so` of `key` loaded (a file named after the
-    sha256 of the `.so`, the interpreter and its torch), if that cache is safe to trust: owned by
-    you (or root) and writable by no one else."""
-    folder = deps.cache_root() / "loaded"
-    try:
-        deps.trusted_base(deps.cache_root())  # the cache root and its parents are safe
-        deps.make_private_dir(folder)
-        if deps.unsafe_reason(folder.lstat()):
-            return None
-    except (BuildError, OSError):
-        return None
-    return folder / key
+    sha256 of the `.so`, the interpreter and its torch), if that cache is safe to trust."""
+    return deps.memo_file("loaded", key)
 
 
 def loaded_before(plan: VariantPlan, so: Path, work: Path) -> bool:
@@ -132,12 +123,7 @@ def loaded_before(plan: VariantPlan, so: Path, work: Path) -> bool:
     stamp = work / STAMP
     if stamp.is_file() and stamp.read_text().strip() == key:
         return True
-    remembered = _remembered(key)
-    try:
-        return remembered is not None and remembered.is_file() and not remembered.is_symlink() \
-            and deps.unsafe_reason(remembered.lstat()) is None
-    except OSError:
-        return False
+    return deps.read_memo(_remembered(key)) is not None
 
 
 def check_loads(plan: VariantPlan, so: Path, work: Path, loader: Loader | None = None) -> None:
@@ -149,12 +135,7 @@ def check_loads(plan: VariantPlan, so: Path, work: Path, loader: Loader | None =
     problem = probe(so, plan.torch.python, plan.torch.lib_dir, loader)
     if problem is None:
         stamp.write_text(key + "\n")
-        remembered = _remembered(key)
-        if remembered is not None:
-            try:
-                remembered.touch(mode=0o644)
-            except OSError:
-                pass
+        deps.write_memo(_remembered(key))
         return
     stamp.unlink(missing_ok=True)
     if "schema" in problem:
