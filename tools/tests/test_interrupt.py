@@ -78,3 +78,34 @@ def test_interrupt_during_install_window(work, monkeypatch):
         pipeline.build(project, backends=["cpu"])
     assert complete_variants(project / "build") == []
     assert not list((project / ".kbuild" / "staging").iterdir())
+
+
+def test_sigterm_stops_the_precompiled_header_being_made(tmp_path, real_compiles):
+    """SIGTERM (what build-all sends its builds when stopped) unwinds the build: the precompiled
+    header it was making beside the compile (in a process group of its own) is stopped and its
+    half-written entry removed, not left compiling 256 MB for nobody."""
+    project = copy_project(tmp_path / "p")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), "--backend", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **real_compiles_env(), "KBUILD_CACHE_DIR": str(cache)},
+                            preexec_fn=default_sigint)
+    def making() -> list[int]:  # the header's compiler (the driver or cc1plus), by its output
+        return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if str(cache / "pch") in _cmdline(pid) and "torch_pch.h" in _cmdline(pid)]
+    assert wait_for(making), "no precompiled header was being made"
+    proc.send_signal(signal.SIGTERM)  # the builder alone, as build-all's stop does first
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and "terminated" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert wait_for(lambda: not making(), timeout=30), "the header's compiler outlived the build"
+    assert [p.name for p in (cache / "pch").iterdir()] == []
+    assert complete_variants(project / "build") == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

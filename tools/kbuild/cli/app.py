@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -118,12 +119,31 @@ def _root(version: Annotated[bool, typer.Option(
     """Build PyTorch kernels in the Hugging Face `kernels` format."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (e.g. from build-all stopping its builds): unwinds like Ctrl-C, so every stage
+    cleans up (staging folders, a precompiled header being made, child process groups)."""
+
+
+_TERMINATED: list[int] = []
+
+
+def raise_terminated(signum, frame):
+    _TERMINATED.append(signum)
+    raise Terminated
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         app()
     except BuildError as e:
         error(str(e))
         sys.exit(2)
+    except (Terminated, SystemExit):  # Typer ends an interrupt with exit 130
+        if not _TERMINATED:
+            raise
+        err.print("terminated", highlight=False)
+        sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
         sys.exit(130)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -104,15 +103,12 @@ def build_all(
     specs = runner.realiser.annotate(specs)
     for s in specs:
         tasks[s.name] = progress.add_task("", env=s.name, stage="waiting", total=None)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     interrupted = False
-    try:
+    try:  # Ctrl-C, or SIGTERM (app.main raises it as an interrupt)
         with progress:
             results = runner.run(specs)
     except buildall.Interrupted as e:
         results, interrupted = e.results, True
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     _table(results, runner)
     if json_out:
         json_out.write_text(json.dumps({"via": runner.via, "jobs": jobs,
@@ -127,10 +123,6 @@ def build_all(
         raise typer.Exit(130)
     if failed:
         raise typer.Exit(1)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _table(results, runner) -> None:

@@ -253,9 +253,29 @@ def write_memo(path: Path | None, text: str = "") -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_abandoned(root: Path) -> None:
+    """Removes entry folders still being written (`<key>.tmp<pid>`) by a process that is gone
+    (a build killed before it could clean up)."""
+    for tmp in root.glob("*.tmp*"):
+        pid = tmp.name.rsplit(".tmp", 1)[1]
+        if tmp.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def prune_entries(root: Path, keep: int) -> None:
-    """Removes all but the `keep` most recently used entry folders of a cache store (folders
-    still being written, `*.tmp*`, are left alone)."""
+    """Removes all but the `keep` most recently used entry folders of a cache store, and folders
+    abandoned half-written; folders still being written, `*.tmp<pid>`, are left alone."""
+    remove_abandoned(root)
     entries = sorted((p for p in root.iterdir() if p.is_dir() and ".tmp" not in p.name),
                      key=lambda p: p.stat().st_mtime, reverse=True)
     for old in entries[keep:]:

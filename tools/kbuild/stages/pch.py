@@ -379,6 +379,7 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
         return Outcome("used", key[:12]), None
     if not binding_outdated(build, argv, ninja):
         return None, None  # nothing to compile: make it when the binding next compiles
+    deps.remove_abandoned(root)
     tmp = root / f"{key}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

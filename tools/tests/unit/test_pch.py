@@ -230,3 +230,18 @@ def test_a_binding_from_the_compiler_cache_does_not_wait(setup):
     outcome = maker.settle([("CMakeFiles/b.o", 0.2)])
     assert outcome.state == "off" and "compiler cache" in outcome.detail
     assert [p.name for p in pch.store().iterdir()] == []
+
+
+def test_entries_abandoned_by_a_dead_build_are_removed(setup):
+    """A `<key>.tmp<pid>` folder whose process is gone (a build killed before it could clean up)
+    is removed when the next header is made; one still being written is left alone."""
+    s = setup
+    root = pch.store()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    abandoned, live = root / f"k.tmp{gone.pid}", root / f"k.tmp{os.getpid()}"
+    for folder in (abandoned, live):
+        folder.mkdir()
+        (folder / f"{pch.HEADER}.gch").write_bytes(b"half")
+    prepare(s)[1].finish()
+    assert not abandoned.exists() and live.exists()
