@@ -70,6 +70,9 @@ def run_logged(cmd: list[str], log: Path, what: str, *, env: Mapping[str, str] |
                 for line in proc.stdout:
                     f.write(line)
                     on_line(line.rstrip("\n"))
+            except BaseException:  # interrupted or terminated: the tool ends what it started
+                proc.terminate()
+                raise
             finally:
                 code = proc.wait()
     if code != 0:
