@@ -29,7 +29,7 @@ from packaging.version import Version
 from ..core.errors import BuildError
 from ..core.envstamp import STAMP, read_stamp  # noqa: F401  (re-exported)
 from ..core.locking import locked
-from ..core.runner import Timeout, capture
+from ..core.runner import Timeout
 from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
 from . import lock as locks
@@ -329,12 +329,15 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
                                            pkgs=tk_pkgs)
 
     def verify(p: Path) -> dict:
-        code = ("import json, torch; print(json.dumps({'torch': torch.__version__, "
-                "'cuda': torch.version.cuda}))")
-        proc = capture([str(venv_python(p)), "-c", code])
-        if proc.returncode != 0:
-            raise BuildError(f"torch does not import in {p}: {proc.stderr.strip()[-300:]}")
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        """torch's version and CUDA as installed, read from its files (as the build reads them:
+        an `import torch` would cost seconds per environment); the build's load check loads
+        torch's libraries."""
+        from ..stages.torch_install import read_torch_install
+        try:
+            installed = read_torch_install(str(venv_python(p)))
+        except BuildError as e:
+            raise BuildError(f"torch is not usable in {p}: {e.message}") from None
+        info = {"torch": installed.torch_version, "cuda": installed.cuda}
         got_cuda = info["cuda"]
         got = (Version(info["torch"]).release[:2], Version(got_cuda).release[:2] if got_cuda else None)
         want = (spec.release.release[:2], Version(spec.cuda).release[:2] if spec.cuda else None)
