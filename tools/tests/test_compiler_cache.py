@@ -56,7 +56,9 @@ def one_arch_copy(root: Path) -> Path:
 def test_two_workers_fan_out_over_one_shared_cache(tmp_path, cuda_python):
     """build-all fanned out as a CI matrix does: two workers (their own checkout and local cache)
     build one variant each at the same time, sharing ccache's remote storage; a third, fresh
-    worker then builds both variants from that storage alone: all hits, the same bytes."""
+    worker then builds both variants from that storage alone: all hits, the same bytes. Each
+    worker's kbuild cache (configure seeds, precompiled headers) is its own and kept between
+    runs, as a CI machine restores its caches; its local ccache folder starts empty."""
     cuda_env()  # realised in the tests' environment folder, which the workers use
     shared = REPO / ".kbuild" / "ccache-remote"  # kept between runs, like a CI cache
     builds = {"cpu": ["--backend", "cpu"], "cuda": ["--env", CUDA_ENV]}
@@ -67,7 +69,7 @@ def test_two_workers_fan_out_over_one_shared_cache(tmp_path, cuda_python):
             one_arch_copy(tmp_path / name)
         env = {**os.environ, "KBUILD_COMPILER_CACHE": "ccache", "KBUILD_ENVS_DIR": str(envs_folder()),
                "CCACHE_DIR": str(tmp_path / name / "local-cache"),
-               "KBUILD_CACHE_DIR": str(tmp_path / name / "user-cache"),  # machines of their own
+               "KBUILD_CACHE_DIR": str(REPO / ".kbuild" / "fan-out" / name),  # machines of their own
                "CCACHE_REMOTE_STORAGE": f"file:{shared}"}
         env.pop("CCACHE_BASEDIR", None)
         return [subprocess.Popen([sys.executable, "-m", "kbuild", "build", str(project), *builds[v]],
