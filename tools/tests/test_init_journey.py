@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -40,8 +41,12 @@ def journey(tmp_path_factory):
     cuda_env()
     mp = pytest.MonkeyPatch()
     mp.setenv("KBUILD_ENVS_DIR", str(envs_folder()))
-    # A new author's cache: their first build is load-checked (not remembered from a last run).
-    mp.setenv("KBUILD_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
+    # The author's cache, kept between runs for its precompiled headers and configure seeds, but
+    # with nothing remembered as loaded: every build, check and upload loads for real.
+    cache = REPO / ".kbuild" / "journey-cache"
+    for memo in ("loaded", "probed"):
+        shutil.rmtree(cache / memo, ignore_errors=True)
+    mp.setenv("KBUILD_CACHE_DIR", str(cache))
     try:
         workdir = work_folder("init-journey", tmp_path_factory.mktemp("journey"))
         yield journey_module().run(workdir, cuda_env=CUDA_ENV,
