@@ -227,18 +227,23 @@ def is_ccache(launcher: str | None) -> bool:
 def cache_env(launcher: str | None, project: Path, precompiled_header: bool = False
               ) -> dict[str, str]:
     """The compile's environment: ccache rewrites paths under the project to relative ones
-    before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries;
-    with a precompiled header it needs the sloppiness its manual names for one, and hashes the
-    header's checksum file instead of the header (stages/pch.py)."""
+    before hashing (CCACHE_BASEDIR, unless set), so copies in other folders share its entries.
+    It ignores a header's status change (include_file_ctime): uv installs torch by hard links, so
+    another environment made from the same uv cache during a compile changes the ctime of
+    torch's headers, and ccache would then compile twice and store nothing (a changed content
+    still changes the mtime and the hashes). With a precompiled header it needs
+    the sloppiness its manual names for one, and hashes the header's checksum file instead of
+    the header (stages/pch.py)."""
     env = dict(os.environ)
     if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
         env.setdefault("CCACHE_BASEDIR", str(project.resolve()).replace("$", "$$"))
+        sloppy = ["include_file_ctime"]
         if precompiled_header:
-            given = [v for v in env.get("CCACHE_SLOPPINESS", "").split(",") if v.strip()]
-            env["CCACHE_SLOPPINESS"] = ",".join(dict.fromkeys(given + ["pch_defines",
-                                                                       "time_macros"]))
+            sloppy += ["pch_defines", "time_macros"]
             env["CCACHE_PCH_EXTSUM"] = "true"
+        given = [v.strip() for v in env.get("CCACHE_SLOPPINESS", "").split(",") if v.strip()]
+        env["CCACHE_SLOPPINESS"] = ",".join(dict.fromkeys(given + sloppy))
     return env
 
 

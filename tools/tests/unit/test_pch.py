@@ -179,6 +179,45 @@ def test_ccache_keys_a_hit_on_the_checksum_file_not_the_header(setup, tmp_path):
     assert compile_counts() == (1, 2)
 
 
+def test_ccache_stores_the_binding_while_torchs_headers_gain_a_hard_link(setup, tmp_path):
+    """uv installs torch by hard links: another environment made from the same uv cache while the
+    binding compiles changes the status time (ctime) of torch's headers. ccache still stores that
+    compile, so the next one is a hit; a header whose content changed still misses."""
+    from kbuild.stages.compile import cache_env, cache_tool
+    ccache = cache_tool("ccache")
+    if not ccache:
+        pytest.skip("no ccache")
+    s = setup
+    header = s.torch / "torch" / "ops.h"  # one of torch's headers the precompiled one leaves out
+    header.write_text("#pragma once\n#include <torch/library.h>\ninline int four() { return 4; }\n")
+    binding = s.project / "b.cpp"
+    binding.write_text(binding.read_text() + "#include <torch/ops.h>\nint f() { return four(); }\n")
+    prepare(s)[1].finish()
+    assert prepare(s)[0].state == "used"
+    # Links torch's header into another environment 0.2 s into each compile (ccache looks for
+    # changes from 0.1 s after it started), then compiles.
+    compiler = tmp_path / "bin" / "c++"
+    compiler.parent.mkdir()
+    compiler.write_text(f'#!/bin/sh\nsleep 0.2\nln -f "{header}" "{tmp_path}/other-env.$$"\n'
+                        f'exec {s.argv[0]} "$@"\n')
+    compiler.chmod(0o755)
+    argv = [str(compiler), *s.argv[1:], "-MD", "-MF", "CMakeFiles/b.o.d"]
+    env = {**cache_env(ccache, s.project, precompiled_header=True), "CCACHE_DIR": str(tmp_path / "cc")}
+
+    def compile_counts() -> tuple[int, int]:
+        proc = subprocess.run([ccache, *argv], cwd=s.build, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True,
+                               text=True).stdout
+        counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
+        return int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]), int(counts["cache_miss"])
+
+    assert compile_counts() == (0, 1)
+    assert compile_counts() == (1, 1)
+    header.write_text(header.read_text().replace("4;", "2 + 2;"))  # its content changed: a miss
+    assert compile_counts() == (1, 2)
+
+
 def test_a_changed_header_makes_it_again(setup):
     s = setup
     prepare(s)[1].finish()
