@@ -299,9 +299,10 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher)
-    header, maker = (pch.prepare(plan, src, build, launcher, _tool("ninja")) if pch_off is None
-                     else (pch.Outcome("off", pch_off), None))
-    try:
+    header, maker = pch.Outcome("off", pch_off or ""), None
+    try:  # from the header's start: a signal stops it and leaves no half-made entry
+        if pch_off is None:
+            header, maker = pch.prepare(plan, src, build, launcher, _tool("ninja"))
         run_logged(cmd, log, "compilation", env=env, on_line=phase("build"))
     except BaseException:
         if maker:

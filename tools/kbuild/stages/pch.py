@@ -295,11 +295,13 @@ class Maker:
 
     def finish(self) -> Outcome:
         try:
-            code = self.proc.wait()
-        except BaseException:
-            stop([self.proc], grace=2)
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            return self._finish()
+        except BaseException:  # interrupted or terminated: nothing half-made is left
+            self.cancel()
             raise
+
+    def _finish(self) -> Outcome:
+        code = self.proc.wait()
         seconds = time.monotonic() - self.started
         if code != 0 or not (self.tmp / f"{HEADER}.gch").is_file():
             shutil.copyfile(self.tmp / "make.log", self.failure_log)
@@ -331,7 +333,16 @@ class Maker:
 
     def cancel(self) -> None:
         stop([self.proc], grace=2)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        _discard(self.tmp)
+
+
+def _discard(tmp: Path) -> None:
+    """Removes a half-made entry; a compiler of its stopped group may still write one last file."""
+    for _ in range(20):
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not tmp.exists():
+            return
+        time.sleep(0.05)
 
 
 def _output(argv: list[str]) -> str:
@@ -381,11 +392,18 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
         return None, None  # nothing to compile: make it when the binding next compiles
     deps.remove_abandoned(root)
     tmp = root / f"{key}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    (tmp / HEADER).write_text(header_text(), encoding="utf-8")
-    cmd = flags + ["-x", "c++-header", str(tmp / HEADER), "-o", str(tmp / f"{HEADER}.gch"),
-                   "-MD", "-MF", str(tmp / "deps.d")]
-    proc = spawn_logged(cmd, tmp / "make.log", cwd=directory)
-    return None, Maker(proc, tmp, entry, time.monotonic(), _system_includes(flags),
-                       work / "pch-make.log", _output(argv))
+    proc = None
+    try:  # a signal from here on stops what was started and removes the folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        (tmp / HEADER).write_text(header_text(), encoding="utf-8")
+        cmd = flags + ["-x", "c++-header", str(tmp / HEADER), "-o", str(tmp / f"{HEADER}.gch"),
+                       "-MD", "-MF", str(tmp / "deps.d")]
+        proc = spawn_logged(cmd, tmp / "make.log", cwd=directory)
+        return None, Maker(proc, tmp, entry, time.monotonic(), _system_includes(flags),
+                           work / "pch-make.log", _output(argv))
+    except BaseException:
+        if proc is not None:
+            stop([proc], grace=2)
+        _discard(tmp)
+        raise

@@ -284,3 +284,33 @@ def test_entries_abandoned_by_a_dead_build_are_removed(setup):
         (folder / f"{pch.HEADER}.gch").write_bytes(b"half")
     prepare(s)[1].finish()
     assert not abandoned.exists() and live.exists()
+
+
+@pytest.mark.parametrize("where", ["starting", "finishing"])
+def test_a_signal_while_the_header_starts_or_finishes_leaves_nothing(setup, monkeypatch, where):
+    """Ctrl-C or SIGTERM (raised as KeyboardInterrupt) can land anywhere: just after the header's
+    compiler started, or while its checksum is computed. Either way the compiler is stopped and
+    the store holds no half-made entry."""
+    s = setup
+    started = []
+    real_spawn = pch.spawn_logged
+
+    def spawn(*args, **kw):
+        started.append(real_spawn(*args, **kw))
+        return started[-1]
+
+    def interrupted(*_args, **_kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pch, "spawn_logged", spawn)
+    if where == "starting":
+        monkeypatch.setattr(pch, "_system_includes", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            prepare(s)
+    else:
+        maker = prepare(s)[1]
+        monkeypatch.setattr(pch, "_sha256", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            maker.finish()
+    assert started and started[0].poll() is not None
+    assert list(pch.store().iterdir()) == []
