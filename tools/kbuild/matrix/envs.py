@@ -32,6 +32,7 @@ from ..core.locking import locked
 from ..core.runner import Timeout
 from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
+from ..stages.torch_install import read_torch_install
 from . import lock as locks
 from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec
@@ -332,7 +333,6 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
         """torch's version and CUDA as installed, read from its files (as the build reads them:
         an `import torch` would cost seconds per environment); the build's load check loads
         torch's libraries."""
-        from ..stages.torch_install import read_torch_install
         try:
             installed = read_torch_install(str(venv_python(p)))
         except BuildError as e:

@@ -299,7 +299,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher)
-    header, maker = pch.Outcome("off", pch_off or ""), None
+    header, maker = (pch.Outcome("off", pch_off) if pch_off else None), None
     try:  # from the header's start: a signal stops it and leaves no half-made entry
         if pch_off is None:
             header, maker = pch.prepare(plan, src, build, launcher, _tool("ninja"))

@@ -152,6 +152,14 @@ def test_made_once_then_used_with_the_same_bytes(setup):
     assert (s.work / pch.SUM).resolve().read_text() == digest + "\n"
 
 
+def ccache_compile(ccache: str, argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, int]:
+    """Compiles `argv` through the real ccache; its counters afterwards."""
+    proc = subprocess.run([ccache, *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
+    return {k: int(v) for k, v in (line.split("\t") for line in stats.splitlines() if "\t" in line)}
+
+
 def test_ccache_keys_a_hit_on_the_checksum_file_not_the_header(setup, tmp_path):
     """ccache reads the entry's checksum file in place of the header: a hit, and a miss once that
     file says the header is another one (it does not re-read the ~250 MB header per hit)."""
@@ -165,12 +173,8 @@ def test_ccache_keys_a_hit_on_the_checksum_file_not_the_header(setup, tmp_path):
     env = {**cache_env(ccache, s.project, precompiled_header=True), "CCACHE_DIR": str(tmp_path / "cc")}
 
     def compile_counts() -> tuple[int, int]:
-        proc = subprocess.run([ccache, *s.argv], cwd=s.build, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True,
-                               text=True).stdout
-        counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
-        return int(counts["direct_cache_hit"]), int(counts["cache_miss"])
+        counts = ccache_compile(ccache, s.argv, s.build, env)
+        return counts["direct_cache_hit"], counts["cache_miss"]
 
     assert compile_counts() == (0, 1)
     assert compile_counts() == (1, 1)
@@ -205,12 +209,8 @@ def test_ccache_stores_the_binding_while_torchs_headers_gain_a_hard_link(setup, 
     env = {**cache_env(ccache, s.project, precompiled_header=True), "CCACHE_DIR": str(tmp_path / "cc")}
 
     def compile_counts() -> tuple[int, int]:
-        proc = subprocess.run([ccache, *argv], cwd=s.build, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True,
-                               text=True).stdout
-        counts = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
-        return int(counts["direct_cache_hit"]) + int(counts["preprocessed_cache_hit"]), int(counts["cache_miss"])
+        counts = ccache_compile(ccache, argv, s.build, env)
+        return counts["direct_cache_hit"] + counts["preprocessed_cache_hit"], counts["cache_miss"]
 
     assert compile_counts() == (0, 1)
     assert compile_counts() == (1, 1)
