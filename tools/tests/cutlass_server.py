@@ -30,11 +30,13 @@ def available_versions(folder: Path = ARCHIVES) -> list[str]:
 
 
 class ArchiveServer:
-    """A local HTTP server: `routes` maps a path to bytes (200), an int (that status) or a
-    str (a 302 to that path); anything else is a 404. `hits` lists the paths asked for."""
+    """A local HTTP server: `routes` maps a path to bytes (200), an int (that status), a str
+    (a 302 to that path) or (bytes, n): a 200 that announces n bytes and sends fewer, then
+    closes (a download that breaks off); anything else is a 404. `hits` lists the paths asked
+    for."""
 
     def __init__(self):
-        self.routes: dict[str, bytes | int | str] = {}
+        self.routes: dict[str, bytes | int | str | tuple[bytes, int]] = {}
         self.hits: list[str] = []
         server = self
 
@@ -42,12 +44,14 @@ class ArchiveServer:
             def do_GET(self):  # noqa: N802 (the http.server API)
                 server.hits.append(self.path)
                 answer = server.routes.get(self.path, 404)
-                if isinstance(answer, bytes):
+                if isinstance(answer, (bytes, tuple)):
+                    data, length = answer if isinstance(answer, tuple) else (answer, len(answer))
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-gzip")
-                    self.send_header("Content-Length", str(len(answer)))
+                    self.send_header("Content-Length", str(length))
                     self.end_headers()
-                    self.wfile.write(answer)
+                    self.wfile.write(data)
+                    self.close_connection = True
                 elif isinstance(answer, str):
                     self.send_response(302)
                     self.send_header("Location", answer)

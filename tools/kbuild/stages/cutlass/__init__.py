@@ -12,14 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.layout import MANIFEST
-from .cache import STAMP, Warn, _stderr_warning, provision, read_stamp, tree_digest, tree_path, verify_tree
+from .cache import (STAMP, Warn, _stderr_warning, provision, read_stamp, tree_digest, tree_path,
+                    verify_tree)
 from .releases import (CUTLASS, NOT_PROVISIONED, RELEASES, SUBSTITUTE_VAR, UPSTREAM, Release, Resolved,
                        Wheel, available, resolve, substitute_requested)
 from .sources import DEFAULT_URL, SOURCE_KEYS, URL_VAR, archive_url
 
 __all__ = ["CUTLASS", "DEFAULT_URL", "RELEASES", "STAMP", "SUBSTITUTE_VAR", "UPSTREAM", "URL_VAR",
            "Release", "Resolved", "Wheel", "archive_url", "available", "include_dirs",
-           "kernel_includes", "provenance", "provision", "resolve", "substitute_requested",
+           "kernel_includes", "provenance", "provision", "read_stamp", "resolve", "substitute_requested",
            "tree_digest", "verify_tree"]
 
 

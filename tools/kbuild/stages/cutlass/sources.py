@@ -21,6 +21,7 @@ import os
 import sys
 import tarfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 import zlib
@@ -53,14 +54,21 @@ class Source:
     url: str | None = None
 
     def describe(self) -> str:
-        return self.wheel.describe() if self.wheel else str(self.url)
+        return self.wheel.describe() if self.wheel else _public(str(self.url))
 
     def record(self) -> dict[str, str]:
         """What the stamp and provenance say about it."""
         if self.wheel:
             return {"package": self.wheel.package, "version": self.wheel.version,
                     "wheel_sha256": self.wheel.sha256}
-        return {"url": str(self.url)}
+        return {"url": _public(str(self.url))}
+
+
+def _public(url: str) -> str:
+    """`url` without what may be secret in a mirror's URL (user, password, query)."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else "")
+                                    if parts.hostname else parts.netloc, parts.path, "", ""))
 
 
 def mirror() -> str | None:
@@ -129,9 +137,13 @@ class _Network:
 
     def read(self, size: int = -1) -> bytes:
         try:
-            return self.response.read(size)
+            data = self.response.read(size)
         except (OSError, http.client.HTTPException) as e:
             raise Unreachable(f"the download broke off: {e or type(e).__name__}") from None
+        missing = getattr(self.response, "length", None)  # of a Content-Length not yet received
+        if not data and size and missing:
+            raise Unreachable(f"the download broke off, {missing} bytes short")
+        return data
 
 
 def _open(url: str) -> IO[bytes]:
@@ -146,7 +158,7 @@ def _open(url: str) -> IO[bytes]:
 
 def _unpack_archive_from(url: str, release: Release, dest: Path) -> dict[str, str]:
     with _open(url) as response:
-        return unpack_archive(_Network(response, url), release, dest, url)
+        return unpack_archive(_Network(response, url), release, dest, _public(url))
 
 
 def unpack_archive(stream, release: Release, dest: Path, origin: str) -> dict[str, str]:
