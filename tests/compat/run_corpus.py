@@ -124,7 +124,7 @@ def _archives_served(archives: Path | None):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*", help="only these projects")
+    ap.add_argument("names", nargs="*", help="only these projects (with --prefetch: folders of projects)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kbuild-compat"))
     ap.add_argument("--out", type=Path, help="where compat.json goes (default: --work)")

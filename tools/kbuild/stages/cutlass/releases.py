@@ -32,8 +32,7 @@ class Wheel:
     version: str
     filename: str
     sha256: str         # of the wheel
-    prefix: str         # folder of the CUTLASS tree inside the wheel
-    pip_target: tuple[str, ...] = ()  # pip options that pick this wheel on any machine
+    prefix: str         # folder of the CUTLASS tree inside the wheel (pure-Python wheels)
 
     def describe(self) -> str:
         return f"{self.package} {self.version} ({self.filename}) from PyPI"

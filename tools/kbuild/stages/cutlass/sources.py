@@ -67,8 +67,7 @@ class Source:
 def _public(url: str) -> str:
     """`url` without what may be secret in a mirror's URL (user, password, query)."""
     parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else "")
-                                    if parts.hostname else parts.netloc, parts.path, "", ""))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def mirror() -> str | None:
@@ -100,7 +99,7 @@ def fetch(source: Source, release: Release, dest: Path, scratch: Path) -> dict[s
 
 def _download_wheel(wheel: Wheel, release: Release, into: Path) -> Path:
     proc = capture([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--disable-pip-version-check", *wheel.pip_target,
+                    "--disable-pip-version-check",
                     f"{wheel.package}=={wheel.version}", "-d", str(into)], timeout=900)
     path = into / wheel.filename
     if proc.returncode != 0 or not path.is_file():
@@ -132,8 +131,8 @@ def _unpack_wheel(wheel: Path, prefix: str, dest: Path) -> dict[str, str]:
 class _Network:
     """The response body; a failure while reading it is the network's (Unreachable)."""
 
-    def __init__(self, response: IO[bytes], url: str):
-        self.response, self.url = response, url
+    def __init__(self, response: IO[bytes]):
+        self.response = response
 
     def read(self, size: int = -1) -> bytes:
         try:
@@ -158,7 +157,7 @@ def _open(url: str) -> IO[bytes]:
 
 def _unpack_archive_from(url: str, release: Release, dest: Path) -> dict[str, str]:
     with _open(url) as response:
-        return unpack_archive(_Network(response, url), release, dest, _public(url))
+        return unpack_archive(_Network(response), release, dest, _public(url))
 
 
 def unpack_archive(stream, release: Release, dest: Path, origin: str) -> dict[str, str]:
