@@ -3,7 +3,9 @@ the built ones' own tests with the `kernels` loader. Used by run_gpu.sh on a GPU
 default CI run does the same in tools/tests/test_compat.py).
 
     python tests/compat/run_corpus.py [--device cuda|cpu] [--work DIR] [--out DIR] [NAME ...]
-    python tests/compat/run_corpus.py --prefetch DIR     # CUTLASS headers for an offline machine
+    python tests/compat/run_corpus.py --prefetch DIR [--cutlass-archives ARCHIVES] [PROJECTS ...]
+        # CUTLASS headers for an offline machine: what this corpus (or PROJECTS) needs, into the
+        # kbuild cache DIR (carry it; point KBUILD_CACHE_DIR at it there)
 
 --device cuda runs every case (CUDA ones on the GPU); --device cpu skips the CUDA ones. Prints
 one line per case and writes DIR/compat.json; exits 1 when any case does not end as expected.
@@ -12,6 +14,7 @@ one line per case and writes DIR/compat.json; exits 1 when any case does not end
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -81,27 +84,58 @@ def one(name: str, case: dict, work: Path) -> dict:
     return result
 
 
-def prefetch(dest: Path) -> None:
-    from kbuild.stages import deps
+def prefetch(dest: Path, projects: list[Path], archives: Path | None = None) -> None:
+    """Fills the kbuild cache at `dest` with the CUTLASS headers the projects need (every
+    build.toml under each path), each verified by its tree digest. `archives`: a folder of
+    `cutlass-X.Y.Z-headers.tar.gz` tag archives, served from 127.0.0.1 as KBUILD_CUTLASS_URL
+    while fetching (no GitHub needed; the wheel-backed releases still come from PyPI)."""
+    from kbuild.stages import cutlass
     names: set[str] = set()
-    for expected in HERE.glob("*/build.toml"):
-        names |= {d for k in tomllib.loads(expected.read_text()).get("kernel", {}).values()
-                  for d in k.get("depends", []) if d in deps.CUTLASS}
-    for name in sorted(names):
-        print(f"{name}: {deps.provision(deps.CUTLASS[name], dest.resolve())}")
+    for path in projects:
+        for manifest in [path] if path.is_file() else sorted(path.rglob("build.toml")):
+            names |= {d for k in tomllib.loads(manifest.read_text()).get("kernel", {}).values()
+                      for d in k.get("depends", []) if d in cutlass.CUTLASS}
+    with _archives_served(archives):
+        for name in sorted(names):
+            tree = cutlass.provision(cutlass.CUTLASS[name], dest.resolve())
+            source = cutlass.read_stamp(tree)["source"]
+            where = source.get("url") or f"{source['package']} {source['version']}"
+            print(f"{name}: CUTLASS {cutlass.CUTLASS[name].version} from {where}: {tree}")
+
+
+@contextlib.contextmanager
+def _archives_served(archives: Path | None):
+    """KBUILD_CUTLASS_URL pointed at a local server of `archives` while inside (None: as is)."""
+    if archives is None:
+        yield
+        return
+    sys.path.insert(0, str(REPO / "tools" / "tests"))
+    from cutlass_server import serve_folder
+    old = os.environ.get("KBUILD_CUTLASS_URL")
+    with serve_folder(archives) as server:
+        os.environ["KBUILD_CUTLASS_URL"] = server.base
+        try:
+            yield
+        finally:
+            os.environ.pop("KBUILD_CUTLASS_URL")
+            if old is not None:
+                os.environ["KBUILD_CUTLASS_URL"] = old
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*", help="only these projects")
+    ap.add_argument("names", nargs="*", help="only these projects (with --prefetch: folders of projects)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--work", type=Path, default=Path("/tmp/kbuild-compat"))
     ap.add_argument("--out", type=Path, help="where compat.json goes (default: --work)")
-    ap.add_argument("--prefetch", type=Path, help="download the corpus' CUTLASS headers there")
+    ap.add_argument("--prefetch", type=Path, help="fill this kbuild cache with the CUTLASS headers "
+                    "the corpus (or the project folders named) needs")
+    ap.add_argument("--cutlass-archives", type=Path, help="with --prefetch: a folder of CUTLASS tag "
+                    "archives (cutlass-X.Y.Z-headers.tar.gz) to serve locally instead of GitHub's")
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "tools"))
     if args.prefetch:
-        prefetch(args.prefetch)
+        prefetch(args.prefetch, [Path(n) for n in args.names] or [HERE], args.cutlass_archives)
         return 0
     args.work.mkdir(parents=True, exist_ok=True)
     results = []

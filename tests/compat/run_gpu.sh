@@ -6,9 +6,12 @@
 #
 # Needs python3 with torch, nvcc matching torch's CUDA, and the builder's Python dependencies
 # (carried wheels in .whl/ are installed into /tmp/site first, as gpu/run.sh does). The machine
-# cannot reach PyPI: fetch the CUTLASS headers beforehand where it can and carry them,
+# has no network: fill a kbuild cache with the CUTLASS headers beforehand where there is one and
+# carry it (or .kbuild/cutlass-cache.tar.gz of it, made with
+# `tar -czf .kbuild/cutlass-cache.tar.gz -C .kbuild/cutlass-cache cutlass`),
 #   python tests/compat/run_corpus.py --prefetch .kbuild/cutlass-cache
-# ($KBUILD_CACHE_DIR, or .kbuild/cutlass-cache in the checkout, is used when present).
+# ($KBUILD_CACHE_DIR, or .kbuild/cutlass-cache in the checkout, is used when present; each tree
+# is verified by its digest before use).
 # Results: one line per case on stdout, logs under $WORK (/tmp/kbuild-compat), and
 # $OUT/compat.json (default $WORK). Exit status 1 when a case does not end as expected.
 set -u -o pipefail
@@ -24,6 +27,10 @@ fi
 # libstdc++ loaded first.
 if command -v g++ >/dev/null; then
   export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
+fi
+if [[ -z ${KBUILD_CACHE_DIR:-} && ! -d .kbuild/cutlass-cache && -f .kbuild/cutlass-cache.tar.gz ]]; then
+  mkdir -p -m 755 .kbuild/cutlass-cache  # modes as packed (755/644), owned by whoever unpacks
+  tar -xzf .kbuild/cutlass-cache.tar.gz --no-same-owner -C .kbuild/cutlass-cache
 fi
 if [[ -z ${KBUILD_CACHE_DIR:-} && -d .kbuild/cutlass-cache ]]; then
   export KBUILD_CACHE_DIR=$REPO/.kbuild/cutlass-cache

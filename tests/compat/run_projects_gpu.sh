@@ -4,8 +4,15 @@
 #
 #   tests/compat/run_projects_gpu.sh PROJECTS.tar.gz|PROJECTS_DIR [run_projects.py options]
 #
-# Carried wheels in .whl/ (the builder's and the loader's) are installed into /tmp/site first;
-# CUTLASS wheels in $KBUILD_CUTLASS_WHEELS (a folder) are found there instead of on PyPI.
+# Carried wheels in .whl/ (the builder's and the loader's) are installed into /tmp/site first.
+# The machine has no network: the CUTLASS headers come from a kbuild cache filled where there is
+# one and carried ($KBUILD_CACHE_DIR, .kbuild/cutlass-cache, or .kbuild/cutlass-cache.tar.gz of
+# it: ~6 MB for CUTLASS 3.6.0, 3.8.0 and 4.0.0, against ~76 MB unpacked), made with
+#   python tests/compat/run_corpus.py --prefetch .kbuild/cutlass-cache \
+#       --cutlass-archives ARCHIVES PROJECTS_DIR
+#   tar -czf .kbuild/cutlass-cache.tar.gz -C .kbuild/cutlass-cache cutlass
+# (ARCHIVES: a folder of cutlass-X.Y.Z-headers.tar.gz tag archives, for the releases no wheel
+# gives); each tree is verified by its digest here before use, and nothing is downloaded.
 # Results go to $OUT (default /tmp/kbuild-projects/out): projects.json, projects.md and
 # logs.tar.gz (every project's build and test log).
 set -u -o pipefail
@@ -23,8 +30,12 @@ fi
 if command -v g++ >/dev/null; then
   export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6)${LD_PRELOAD:+:$LD_PRELOAD}
 fi
-if [[ -n ${KBUILD_CUTLASS_WHEELS:-} ]]; then
-  export PIP_NO_INDEX=1 PIP_FIND_LINKS=$KBUILD_CUTLASS_WHEELS
+if [[ -z ${KBUILD_CACHE_DIR:-} && ! -d .kbuild/cutlass-cache && -f .kbuild/cutlass-cache.tar.gz ]]; then
+  mkdir -p -m 755 .kbuild/cutlass-cache  # modes as packed (755/644), owned by whoever unpacks
+  tar -xzf .kbuild/cutlass-cache.tar.gz --no-same-owner -C .kbuild/cutlass-cache
+fi
+if [[ -z ${KBUILD_CACHE_DIR:-} && -d .kbuild/cutlass-cache ]]; then
+  export KBUILD_CACHE_DIR=$REPO/.kbuild/cutlass-cache
 fi
 export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
 export PYTHONUNBUFFERED=1

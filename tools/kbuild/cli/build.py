@@ -98,7 +98,7 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
           ) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
-    if cutlass_substitute:  # read by stages/deps.py
+    if cutlass_substitute:  # read by stages/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     if env:
         if python:

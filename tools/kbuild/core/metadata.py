@@ -45,14 +45,19 @@ class Environment(_Shape):
 
 
 class Dependency(_Shape):
-    """A header tree compiled in (CUTLASS): which release, from which wheel, and what it stands
-    in for when substituted."""
+    """A header tree compiled in (CUTLASS): which release (version, tag, tree digest), the
+    source its headers came from (a wheel: package, version, wheel_sha256; or the tag archive's
+    url), files the builder generated in it (path → sha256), and what it stands in for when
+    substituted."""
     dependency: str
     cutlass: str
-    package: str
-    version: str
-    wheel_sha256: str
     tree_sha256: str
+    tag: str = None  # type: ignore[assignment]
+    package: str = None  # type: ignore[assignment]
+    version: str = None  # type: ignore[assignment]
+    wheel_sha256: str = None  # type: ignore[assignment]
+    url: str = None  # type: ignore[assignment]
+    generated: dict[str, str] = None  # type: ignore[assignment]
     substitutes: str = None  # type: ignore[assignment]
 
 

@@ -15,7 +15,7 @@ from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
 from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
                              LocalBuild, Provenance, VariantMetadata)
-from . import deps
+from . import cutlass
 from .plan import VariantPlan
 
 
@@ -25,7 +25,7 @@ def provenance(plan: VariantPlan) -> Provenance:
                if tools_git else BuilderGit(version=__version__))
     env = environment_provenance(plan.torch.python if plan.torch else None,
                                  plan.cuda.root if plan.cuda else None)
-    used = deps.provenance(plan) if plan.compiled else []
+    used = cutlass.provenance(plan) if plan.compiled else []
     return Provenance(
         kernel_builder=builder,
         **({"kernel": KernelGit(commit=plan.git.commit, dirty=plan.git.dirty)} if plan.git else {}),

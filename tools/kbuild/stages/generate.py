@@ -20,7 +20,7 @@ from packaging.version import Version
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
-from . import deps, frameworks
+from . import cutlass, frameworks
 from .plan import VariantPlan
 
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
@@ -200,7 +200,7 @@ def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[Com
 def plan_cmake(plan: VariantPlan) -> str:
     torch, project = plan.torch, plan.project
     torch_cfg = plan.manifest.torch
-    dep_includes, dep_dirs = deps.kernel_includes(plan)
+    dep_includes, dep_dirs = cutlass.kernel_includes(plan)
     all_dep_includes = list(dict.fromkeys(d for dirs in dep_includes.values() for d in dirs))
     torch_includes = list(torch.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
     toolkit = [str(plan.cuda.root)] if plan.cuda else []

@@ -1,4 +1,4 @@
-"""`kbuild build --cutlass-substitute` turns on the substitution that deps reads."""
+"""`kbuild build --cutlass-substitute` turns on the substitution that stages/cutlass reads."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import os
 from typer.testing import CliRunner
 
 from kbuild.cli import app
-from kbuild.stages import deps, pipeline
+from kbuild.stages import cutlass, pipeline
 
 
 def test_the_flag_turns_substitution_on_and_its_absence_leaves_it_off(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(pipeline, "build", lambda *a, **kw: seen.append(deps.substitute_requested()) or [])
-    monkeypatch.setenv(deps.SUBSTITUTE_VAR, "0")  # restored after the test
+    monkeypatch.setattr(pipeline, "build", lambda *a, **kw: seen.append(cutlass.substitute_requested()) or [])
+    monkeypatch.setenv(cutlass.SUBSTITUTE_VAR, "0")  # restored after the test
     (tmp_path / "build.toml").write_text("")
     assert CliRunner().invoke(app, ["build", str(tmp_path)]).exit_code == 0
     assert CliRunner().invoke(app, ["build", str(tmp_path), "--cutlass-substitute"]).exit_code == 0
-    assert seen == [False, True] and os.environ[deps.SUBSTITUTE_VAR] == "1"
+    assert seen == [False, True] and os.environ[cutlass.SUBSTITUTE_VAR] == "1"

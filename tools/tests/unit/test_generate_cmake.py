@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import deps, generate
+from kbuild.stages import cutlass, generate
 from kbuild.stages.compile import _tool
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
@@ -124,7 +124,7 @@ def test_stable_abi_variant_compiles_with_torch_target_version(tmp_path):
 
 def test_cutlass_headers_are_included_and_mapped_away(tmp_path, monkeypatch):
     tree = (tmp_path / "cache" / "cutlass" / "3.8.0").resolve()
-    monkeypatch.setattr(deps, "provision", lambda release, root=None, warn=None: tree)
+    monkeypatch.setattr(cutlass, "provision", lambda release, root=None, warn=None: tree)
     project = make_probe_project(tmp_path / "p", files={"csrc/gemm.cpp": "", "csrc/other.cpp": ""},
                            kernels={"gemm": {**cpu_kernel(["csrc/gemm.cpp"]), "depends": ["cutlass_3_8"]},
                                     "other": cpu_kernel(["csrc/other.cpp"])})

@@ -1,5 +1,5 @@
 """Dependencies (which CUTLASS release a name gives, refusals, opt-in substitution; the cache
-itself is tested in test_cutlass_cache.py) and the framework a variant targets
+itself is tested in test_cutlass_cache.py and test_cutlass_archives.py) and the framework a variant targets
 (torch, torch stable ABI, refused tvm-ffi)."""
 
 from __future__ import annotations
@@ -9,25 +9,38 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import deps, frameworks
+from kbuild.stages import cutlass, frameworks
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
 from kbuild_testing import make_probe_project, plan_of
 
 MANIFEST = Path("/p/build.toml")
+# What upstream kernel-builder pins for each name (nix-builder/pkgs/cutlass/default.nix).
+UPSTREAM = {"cutlass_2_10": "2.10.0", "cutlass_3_5": "3.5.1", "cutlass_3_6": "3.6.0",
+            "cutlass_3_8": "3.8.0", "cutlass_3_9": "3.9.2", "cutlass_4_0": "4.0.0",
+            "cutlass_4_4": "4.4.2", "cutlass_4_5": "4.5.2"}
+PROVIDED = ("cutlass_2_10 (2.10.0), cutlass_3_5 (3.5.1), cutlass_3_6 (3.6.0), cutlass_3_8 (3.8.0), "
+            "cutlass_3_9 (3.9.2), cutlass_4_0 (4.0.0), cutlass_4_2 (4.2.0), cutlass_4_4 (4.4.2), "
+            "cutlass_4_5 (4.5.2)")
 
 
-@pytest.mark.parametrize("dep, nearest", [("cutlass_2_10", "3.3.0"), ("cutlass_3_9", "4.1.0"),
-                                          ("cutlass_4_0", "4.1.0"), ("cutlass_4_3", "4.4.2")])
-def test_versions_without_a_release_are_refused_naming_the_key(dep, nearest, monkeypatch):
-    monkeypatch.delenv(deps.SUBSTITUTE_VAR, raising=False)
+@pytest.mark.parametrize("dep", [*UPSTREAM, "cutlass_4_2"])
+def test_each_name_gives_its_release_never_substituted(dep):
+    got = cutlass.resolve(dep, manifest=MANIFEST, key="k", substitute=True)
+    assert got.release.version == {**UPSTREAM, "cutlass_4_2": "4.2.0"}[dep] and got.substitutes is None
+    assert got.release is cutlass.CUTLASS[dep]
+
+
+@pytest.mark.parametrize("dep, nearest", [("cutlass_4_1", "4.2.0"), ("cutlass_4_3", "4.4.2")])
+def test_names_without_a_verified_release_are_refused_naming_the_key(dep, nearest, monkeypatch):
+    monkeypatch.delenv(cutlass.SUBSTITUTE_VAR, raising=False)
     wanted = dep.removeprefix("cutlass_").replace("_", ".")
     with pytest.raises(BuildError) as e:
-        deps.resolve(dep, manifest=MANIFEST, key="kernel.k.depends")
-    assert f"CUTLASS {wanted} has no nvidia-cutlass release on PyPI" in e.value.message
+        cutlass.resolve(dep, manifest=MANIFEST, key="kernel.k.depends")
+    assert f"{dep}: CUTLASS {wanted} is not provided" in e.value.message
     assert e.value.key == "kernel.k.depends" and e.value.file == MANIFEST
-    assert "cutlass_3_8 (3.8.0)" in e.value.hint and "cutlass_4_5 (4.5.0)" in e.value.hint
-    assert f"--cutlass-substitute ({deps.SUBSTITUTE_VAR}=1) to use CUTLASS {nearest}" in e.value.hint
+    assert f"use one that is provided: {PROVIDED}" in e.value.hint
+    assert f"--cutlass-substitute ({cutlass.SUBSTITUTE_VAR}=1) to use CUTLASS {nearest}" in e.value.hint
 
 
 @pytest.mark.parametrize("dep, message", [
@@ -38,43 +51,39 @@ def test_versions_without_a_release_are_refused_naming_the_key(dep, nearest, mon
 ])
 def test_other_dependencies_are_refused_naming_the_key(dep, message):
     with pytest.raises(BuildError) as e:
-        deps.resolve(dep, manifest=MANIFEST, key="kernel.k.depends", substitute=True)
+        cutlass.resolve(dep, manifest=MANIFEST, key="kernel.k.depends", substitute=True)
     assert message in e.value.message and e.value.key == "kernel.k.depends"
-    assert "cutlass_3_8 (3.8.0)" in e.value.hint
+    assert f"torch, {PROVIDED}" in e.value.hint
 
 
-@pytest.mark.parametrize("dep, nearest", [("cutlass_2_10", "3.3.0"), ("cutlass_3_9", "4.1.0"),
-                                          ("cutlass_4_0", "4.1.0"), ("cutlass_4_3", "4.4.2")])
-def test_substitution_is_the_nearest_newer_version_and_says_so(dep, nearest):
-    got = deps.resolve(dep, manifest=MANIFEST, key="k", substitute=True)
+@pytest.mark.parametrize("dep, nearest", [("cutlass_4_1", "4.2.0"), ("cutlass_4_3", "4.4.2"),
+                                          ("cutlass_3_7", "3.8.0"), ("cutlass_1_0", "2.10.0")])
+def test_substitution_is_the_nearest_newer_release_and_says_so(dep, nearest):
+    got = cutlass.resolve(dep, manifest=MANIFEST, key="k", substitute=True)
     wanted = dep.removeprefix("cutlass_").replace("_", ".")
-    assert got.release.cutlass == nearest and got.substitutes == wanted
+    assert got.release.version == nearest and got.substitutes == wanted
     assert f"CUTLASS {wanted} is not provided; using CUTLASS {nearest}" in got.warning()
 
 
 def test_nothing_newer_than_the_newest_release_is_substituted():
     with pytest.raises(BuildError) as e:
-        deps.resolve("cutlass_9_0", manifest=MANIFEST, key="k", substitute=True)
-    assert "nor those of a newer version" in e.value.message
-    assert "--cutlass-substitute" not in e.value.hint
+        cutlass.resolve("cutlass_9_0", manifest=MANIFEST, key="k", substitute=True)
+    assert "is not provided" in e.value.message
+    assert "--cutlass-substitute" not in e.value.hint and PROVIDED in e.value.hint
 
 
-def test_a_provided_version_is_never_substituted():
-    for name, release in deps.CUTLASS.items():
-        got = deps.resolve(name, manifest=MANIFEST, key="k", substitute=True)
-        assert got.release is release and got.substitutes is None
-
-
-def test_the_table_maps_each_name_to_its_minor_version():
+def test_the_table_holds_tagged_releases_only():
     from kbuild.core.manifest.forms import KERNEL_DEPENDS
-    for name, release in deps.CUTLASS.items():
-        assert release.cutlass.startswith(name.removeprefix("cutlass_").replace("_", ".") + ".")
-        assert release.wheel.startswith(release.package.replace("-", "_") + "-" + release.version + "-")
-        assert release.prefix.endswith("/") and len(release.sha256) == len(release.tree_sha256) == 64
-    provided = {n for n in deps.CUTLASS if n in KERNEL_DEPENDS}
-    assert provided == {"cutlass_3_5", "cutlass_3_6", "cutlass_3_8", "cutlass_4_1", "cutlass_4_2",
-                        "cutlass_4_4", "cutlass_4_5"}
-    assert "cutlass_3_3" not in deps.available()  # substitution targets a manifest cannot name
+    assert set(cutlass.CUTLASS) <= set(KERNEL_DEPENDS)
+    assert cutlass.available() == PROVIDED
+    assert sorted(r.version for r in cutlass.RELEASES) == sorted({*UPSTREAM.values(), "4.2.0"})
+    for r in cutlass.RELEASES:
+        assert len(r.tree_sha256) == 64 and r.key == f"{r.version}-{r.tree_sha256[:16]}"
+        if r.wheel:
+            assert r.wheel.filename.startswith(r.wheel.package.replace("-", "_") + "-" + r.wheel.version + "-")
+            assert r.wheel.prefix.endswith("/") and len(r.wheel.sha256) == 64
+    assert not any(r.wheel and r.wheel.package == "tilelang" for r in cutlass.RELEASES)  # not 4.1.0
+    assert cutlass.CUTLASS["cutlass_4_5"].wheel is None  # flashinfer's "4.5.0" is not the release
 
 
 def gemm_project(tmp_path, depends):
@@ -86,53 +95,53 @@ def gemm_project(tmp_path, depends):
 
 @pytest.fixture
 def provisioned(monkeypatch, tmp_path):
-    """deps.provision replaced: records the releases asked for, returns a folder per release."""
+    """cutlass.provision replaced: records the releases asked for, returns a folder per release."""
     asked = []
 
     def provision(release, root=None, warn=None):
         asked.append(release.key)
         return tmp_path / "cache" / release.key
 
-    monkeypatch.setattr(deps, "provision", provision)
+    monkeypatch.setattr(cutlass, "provision", provision)
     return asked
 
 
 def test_every_refusal_comes_before_any_download(tmp_path, provisioned, monkeypatch):
-    monkeypatch.delenv(deps.SUBSTITUTE_VAR, raising=False)
-    with pytest.raises(BuildError, match="CUTLASS 4.0 has no"):
-        deps.kernel_includes(plan_of(gemm_project(tmp_path, ["cutlass_4_0"])))
+    monkeypatch.delenv(cutlass.SUBSTITUTE_VAR, raising=False)
+    with pytest.raises(BuildError, match="CUTLASS 4.3 is not provided"):
+        cutlass.kernel_includes(plan_of(gemm_project(tmp_path, ["cutlass_4_3"])))
     assert provisioned == []
 
 
 def test_substitution_is_opt_in_warned_and_recorded(tmp_path, provisioned, monkeypatch):
-    plan = plan_of(gemm_project(tmp_path, ["cutlass_4_0", "cutlass_3_8"]))
-    monkeypatch.setenv(deps.SUBSTITUTE_VAR, "1")
+    plan = plan_of(gemm_project(tmp_path, ["cutlass_4_3", "cutlass_3_8"]))
+    monkeypatch.setenv(cutlass.SUBSTITUTE_VAR, "1")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "nothing-cached"))
     warnings = []
-    includes, roots = deps.kernel_includes(plan, warn=warnings.append)
-    sub, exact = deps.CUTLASS["cutlass_4_1"], deps.CUTLASS["cutlass_3_8"]
+    includes, roots = cutlass.kernel_includes(plan, warn=warnings.append)
+    sub, exact = cutlass.CUTLASS["cutlass_4_4"], cutlass.CUTLASS["cutlass_3_8"]
     assert includes["k"] == [str(tmp_path / "cache" / sub.key / "include"),
                              str(tmp_path / "cache" / sub.key / "tools" / "util" / "include"),
                              str(tmp_path / "cache" / exact.key / "include"),
                              str(tmp_path / "cache" / exact.key / "tools" / "util" / "include")]
     assert roots == sorted(str(tmp_path / "cache" / r.key) for r in (sub, exact))
     assert provisioned == [exact.key, sub.key]  # each release once
-    assert len(warnings) == 1 and "cutlass_4_0: CUTLASS 4.0 is not provided; using CUTLASS 4.1.0" in warnings[0]
-    record = {p["dependency"]: p for p in deps.provenance(plan)}
-    assert record["cutlass_4_0"] == {"dependency": "cutlass_4_0", "cutlass": "4.1.0",
-                                     "package": "tilelang", "version": "0.1.8",
-                                     "wheel_sha256": sub.sha256, "tree_sha256": sub.tree_sha256,
-                                     "substitutes": "4.0"}
-    assert record["cutlass_3_8"]["substitutes"] is None and set(record) == {"cutlass_4_0", "cutlass_3_8"}
-    monkeypatch.setenv(deps.SUBSTITUTE_VAR, "0")
+    assert len(warnings) == 1 and "cutlass_4_3: CUTLASS 4.3 is not provided; using CUTLASS 4.4.2" in warnings[0]
+    record = {p["dependency"]: p for p in cutlass.provenance(plan)}
+    assert record["cutlass_4_3"] == {"dependency": "cutlass_4_3", "cutlass": "4.4.2", "tag": "v4.4.2",
+                                     "tree_sha256": sub.tree_sha256, "generated": None,
+                                     "substitutes": "4.3"}  # no source: nothing was cached
+    assert record["cutlass_3_8"]["substitutes"] is None and set(record) == {"cutlass_4_3", "cutlass_3_8"}
+    monkeypatch.setenv(cutlass.SUBSTITUTE_VAR, "0")
     with pytest.raises(BuildError):
-        deps.provenance(plan)
+        cutlass.provenance(plan)
 
 
 def test_kernels_outside_the_variant_are_not_provisioned(tmp_path, provisioned):
     project = make_probe_project(tmp_path / "p", files={"csrc/k.cu": ""}, backends=("cpu", "cuda"),
                            kernels={"gpu": {"backend": "cuda", "depends": ["cutlass_3_9"],
                                             "src": ["csrc/k.cu"]}})
-    assert deps.kernel_includes(plan_of(project)) == ({}, []) and provisioned == []
+    assert cutlass.kernel_includes(plan_of(project)) == ({}, []) and provisioned == []
 
 
 # --- frameworks -------------------------------------------------------------------------------
