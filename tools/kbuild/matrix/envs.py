@@ -34,6 +34,7 @@ from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
 from ..stages.torch_install import read_torch_install
 from . import lock as locks
+from .lockfile import Lock
 from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec
 
@@ -173,7 +174,7 @@ class Packages:
     """What a venv holds: requirements resolved afresh, or a lock installed exactly."""
     requirements: tuple[str, ...] = ()
     indexes: tuple[str, ...] = ()
-    lock: locks.Lock | None = None
+    lock: Lock | None = None
 
     @property
     def key(self) -> str:
