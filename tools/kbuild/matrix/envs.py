@@ -7,7 +7,7 @@ Layout under the envs folder (default `<project>/.kbuild/envs`, or $KBUILD_ENVS_
   _tools/            sccache, when the builder's own environment lacks it
 Each holds a stamp (`kbuild-env.json`) written last; a folder whose stamp is missing or whose pins
 changed is rebuilt. An environment (and a toolkit) with a current lock in pixi.toml's locks/ is
-installed from it exactly (lock.py; the stamp records the lock's hash); without one, its
+installed from it exactly (lock.py, lockfile.py; the stamp records the lock's hash); without one, its
 requirements are resolved afresh. Packages come from uv or pip (installer.py).
 """
 
