@@ -127,7 +127,7 @@ class Resolver:
                 return [Ext(".".join([first, *rest]))]
             return [Ext(GENERATED)] if self.p.is_generated(key) else [Mod(key)] if key in self.p.packages else []
         key = self.p.from_key(b.scope.module, node)
-        if key is None and node.level and "_ops" in (alias.name, (node.module or "").split(".")[-1]):
+        if key is None and node.level and (alias.name == "_ops" or (node.module or "").endswith("_ops")):
             key = ("_ops",)  # the generated module, however many dots lead to it
         if key is None:
             return [] if node.level else [Ext(f"{node.module}.{alias.name}")]
