@@ -1,23 +1,12 @@
-"""Shared harness of the kernel benchmarks (`benchmarks/benchmark_*.py`, `kbuild bench`).
+"""Shared harness of the kernel benchmarks (`benchmarks/benchmark_*.py`, `kbuild bench`): the one
+interface their scripts use (`from kbuild_bench import harness`).
 
-Two kinds of case, each timing all implementations of the case in the same run:
+Two kinds of case, each timing all implementations of the case in the same run (timing.py):
 
-- bandwidth (large tensors): calls issued back to back, as a model issues its ops, and timed
-  by the wall clock (`time_back_to_back`): a batch of calls between two device
-  synchronisations, long enough (>= B2B_TARGET_MS) that the synchronisation is negligible;
-  the per-call figure is the batch time over its calls, the median over B2B_ROUNDS batches,
-  implementations interleaved round by round. Host work (Python, dispatch, launch) counts
-  whenever it is longer than the device's, exactly as in a model. Inputs rotate through copies
-  that together exceed the L2 several times (`input_cycle`), so each call reads its input from
-  device memory. As an extra column, the single call with the L2 flushed (`time_interleaved`):
-  CUDA events around one call, a 512 MiB buffer read before it (evicts the inputs from the
-  60 MB L2 and leaves only clean lines there); that figure hides host cost, because the flush
-  keeps the GPU busy while the host submits the call.
-- latency (decode sizes): the same back-to-back wall-clock timing on small tensors, where the
-  per-call cost is mostly host work; no flush, no rotation (a model's small activations are in
-  the L2 anyway).
-
-On the CPU, the same back-to-back timing with no synchronisation.
+- bandwidth (large tensors): calls back to back, timed by the wall clock, inputs rotating through
+  copies larger than the L2; as an extra column, the single call with the L2 flushed.
+- latency (decode sizes): the same back-to-back timing on small tensors, where the per-call cost
+  is mostly host work; no flush, no rotation (a model's small activations are in the L2 anyway).
 
 Bandwidth: each benchmark states its byte count (the fewest bytes the op must move: every
 input read once, every output written once); GB/s = bytes / per-call time / 1e9. The ceiling
@@ -29,18 +18,15 @@ A result is a dict: run metadata, `copy`, and `rows`, one row per (case, impl):
     (back to back, per call), min_ms, mean_ms, reps (calls timed), bytes, gbps, x_copy,
     flushed_ms, flushed_gbps, flushed_x_copy (bandwidth cases on CUDA), speedup (other impl ->
     its median / this median, same case), ok, max_abs_err, note, error
-`write_json`, `plot` (PNG: GB/s and per-call time per impl per case) and `print_table` take it.
+`write_json` and `print_table` (report.py) and `plot` (plot.py: GB/s and per-call time per impl
+per case) take it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
-import json
-import math
 import platform
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,178 +35,15 @@ from typing import Any, Callable
 
 import torch
 
-FLUSH_BYTES = 512 << 20
-COPY_BYTES_CUDA = 1 << 30
-COPY_BYTES_CPU = 128 << 20
-OURS = "ours"
+from .plot import plot
+from .report import OURS, fmt, print_table, write_json
+from .stats import Timing, gbps, speedups
+from .timing import (B2B_ROUNDS, B2B_TARGET_MS, ROTATE_BYTES, ROUNDS, copy_bandwidth, input_cycle,
+                     time_back_to_back, time_fn, time_interleaved)
 
-_flush_buffers: dict[str, torch.Tensor] = {}
-
-
-# --- timing --------------------------------------------------------------------------------
-
-@dataclass
-class Timing:
-    median_ms: float
-    min_ms: float
-    mean_ms: float
-    reps: int
-
-
-def _flush_buffer(device: torch.device) -> torch.Tensor:
-    key = str(device)
-    if key not in _flush_buffers:
-        _flush_buffers[key] = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
-    return _flush_buffers[key]
-
-
-def _samples(fn: Callable[[], Any], device: torch.device, n: int, flush: bool) -> list[float]:
-    """n timed calls of fn (ms each), no warm-up."""
-    if device.type == "cuda":
-        buf = _flush_buffer(device) if flush else None
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        torch.cuda.synchronize(device)
-        for i in range(n):
-            if buf is not None:
-                buf.sum()  # reads 512 MiB: the L2 holds none of fn's data, and no dirty lines
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize(device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
-def _timing(times: list[float]) -> Timing:
-    return Timing(statistics.median(times), min(times), statistics.fmean(times), len(times))
-
-
-def time_fn(fn: Callable[[], Any], device: str | torch.device, *, reps: int = 50,
-            warmup: int = 10, flush: bool = True) -> Timing:
-    """Median time of `fn()` in ms: CUDA events on a CUDA device, perf_counter elsewhere."""
-    device = torch.device(device)
-    for _ in range(max(1, warmup)):
-        fn()
-    return _timing(_samples(fn, device, reps, flush))
-
-
-SHORT_MS = 0.05      # a call shorter than this on CUDA is timed SHORT_REPS times instead
-SHORT_REPS = 400
-ROUNDS = 5
-
-
-def time_interleaved(fns: list[Callable[[], Any]], device: str | torch.device, *,
-                     reps: int = 50, warmup: int = 10, flush: bool = True) -> list[Timing]:
-    """Times several implementations of one case in ROUNDS rounds, each round timing every fn
-    in turn, so that a drift of clocks or memory state during the case reaches them all alike.
-    On CUDA, cases whose calls all take under SHORT_MS get SHORT_REPS samples each (their
-    spread is a large part of the figure; the flush dominates the cost anyway)."""
-    device = torch.device(device)
-    for fn in fns:
-        for _ in range(max(1, warmup)):
-            fn()
-    samples: list[list[float]] = [[] for _ in fns]
-
-    def rounds(total: int) -> None:
-        per_round = max(1, -(-total // ROUNDS))
-        for _ in range(ROUNDS):
-            for i, fn in enumerate(fns):
-                samples[i].extend(_samples(fn, device, per_round, flush))
-
-    rounds(reps)
-    short = device.type == "cuda" and all(statistics.median(t) < SHORT_MS for t in samples)
-    if short and reps < SHORT_REPS:
-        rounds(SHORT_REPS - len(samples[0]))
-    return [_timing(t) for t in samples]
-
-
-B2B_TARGET_MS = 2.0   # a batch of back-to-back calls lasts at least this long
-B2B_ROUNDS = 15
-B2B_MAX_CALLS = 4000
-ROTATE_BYTES = 256 << 20  # inputs of bandwidth cases rotate through this many bytes of copies
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _batch_ms(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
-    """Wall-clock ms per call of `calls` calls issued back to back between two syncs."""
-    _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - t0) * 1e3 / calls
-
-
-def time_back_to_back(fns: list[Callable[[], Any]], device: str | torch.device, *,
-                      rounds: int = B2B_ROUNDS, warmup: int = 10,
-                      target_ms: float = B2B_TARGET_MS) -> list[Timing]:
-    """Per-call wall-clock time of each fn called back to back (host work included).
-
-    Each fn gets a batch size that makes a batch last at least `target_ms`; then `rounds`
-    rounds time one batch of every fn in turn. Timing = median / min / mean over the rounds."""
-    device = torch.device(device)
-    for fn in fns:
-        for _ in range(max(1, warmup)):
-            fn()
-    calls = []
-    for fn in fns:
-        n = 1
-        while True:
-            ms = _batch_ms(fn, device, n) * n
-            if ms >= target_ms or n >= B2B_MAX_CALLS:
-                break
-            n = min(B2B_MAX_CALLS, max(2 * n, int(n * 1.2 * target_ms / max(ms, 1e-3))))
-        calls.append(n)
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            samples[i].append(_batch_ms(fn, device, calls[i]))
-    return [Timing(statistics.median(t), min(t), statistics.fmean(t), len(t) * n)
-            for t, n in zip(samples, calls)]
-
-
-def input_cycle(t: torch.Tensor, total_bytes: int = ROTATE_BYTES,
-                limit: int = 64) -> Callable[[], torch.Tensor]:
-    """A function returning `t` and equal copies of it in turn: enough copies (on CUDA) that
-    together they exceed the L2 several times, so a call issued right after another reads its
-    input from device memory rather than from the cache."""
-    copies = [t]
-    if t.device.type == "cuda":
-        nbytes = max(1, t.numel() * t.element_size())
-        copies += [t.clone() for _ in range(min(limit, -(-total_bytes // nbytes)) - 1)]
-    return itertools.cycle(copies).__next__
-
-
-def gbps(nbytes: int, ms: float) -> float:
-    return nbytes / ms / 1e6 if ms > 0 else float("nan")
-
-
-def copy_bandwidth(device: str | torch.device, nbytes: int | None = None, *, reps: int = 50,
-                   warmup: int = 10) -> dict:
-    """Device-to-device copy of `nbytes` (1 GiB on CUDA): bytes counted = read + written."""
-    device = torch.device(device)
-    if nbytes is None:
-        nbytes = COPY_BYTES_CUDA if device.type == "cuda" else COPY_BYTES_CPU
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
-    dst = torch.empty_like(src)
-    t = time_fn(lambda: dst.copy_(src), device, reps=reps, warmup=warmup, flush=False)
-    src = dst = None
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    moved = 2 * nbytes
-    return {"nbytes": nbytes, "bytes": moved, "bytes_formula": "2 * nbytes (read + written)",
-            "median_ms": t.median_ms, "min_ms": t.min_ms, "reps": t.reps,
-            "gbps": gbps(moved, t.median_ms)}
+__all__ = ["OURS", "Impl", "Suite", "Timing", "arg_parser", "compare", "compile_fn", "copy_bandwidth",
+           "finish", "gbps", "input_cycle", "load_kernel", "plot", "prepare", "print_table", "setup",
+           "time_back_to_back", "time_fn", "time_interleaved", "variant_name", "write_json"]
 
 
 # --- verification --------------------------------------------------------------------------
@@ -323,15 +146,12 @@ class Suite:
                     row["flushed_x_copy"] = row["flushed_gbps"] / copy_gbps
         for row in rows:
             label = f"{group} {case}" if group else case
-            per_call = _fmt(row["median_ms"] and row["median_ms"] * 1e3, ".2f")
+            per_call = fmt(row["median_ms"] and row["median_ms"] * 1e3, ".2f")
             print(f"  {label:<28} {row['impl']:<12} {per_call:>10} us/call "
-                  f"{_fmt(row['gbps'], '.1f'):>8} GB/s"
+                  f"{fmt(row['gbps'], '.1f'):>8} GB/s"
                   f"{'' if row['ok'] else '  FAILED ' + (row['error'] or 'verification')}",
                   flush=True)
-        for row in rows:
-            for other in rows:
-                if other is not row and row["median_ms"] and other["median_ms"]:
-                    row["speedup"][other["impl"]] = other["median_ms"] / row["median_ms"]
+        speedups(rows)
         self.rows.extend(rows)
         return rows
 
@@ -380,144 +200,6 @@ class Suite:
     def failed(self) -> list[dict]:
         return [r for r in self.rows if not r["ok"]]
 
-
-# --- output --------------------------------------------------------------------------------
-
-def _fmt(v, spec: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return format(v, spec)
-
-
-def write_json(result: dict, out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['kernel']}.json"
-    path.write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
-    return path
-
-
-def _bars(ax, rows: list[dict], impls: list[str], colors: dict, value, label_of) -> float:
-    """Grouped bars of value(row) per case and impl; returns the tallest bar."""
-    cases = list(dict.fromkeys(r["case"] for r in rows))
-    bar = 0.8 / len(impls)
-    top = 1e-9
-    for j, name in enumerate(impls):
-        xs, ys = [], []
-        for i, case in enumerate(cases):
-            for r in rows:
-                if r["case"] == case and r["impl"] == name and value(r):
-                    xs.append(i + (j - (len(impls) - 1) / 2) * bar)
-                    ys.append(value(r))
-        if xs:
-            ax.bar(xs, ys, bar, label=name, color=colors[name],
-                   edgecolor="black" if name == OURS else None)
-            top = max(top, *ys)
-    for i, case in enumerate(cases):
-        for r in rows:
-            if r["case"] == case and r["impl"] == OURS and value(r) and label_of(r):
-                j = impls.index(OURS)
-                ax.text(i + (j - (len(impls) - 1) / 2) * bar, value(r) + 0.01 * top,
-                        label_of(r), ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels(cases, rotation=20 if len(cases) > 4 else 0, fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    return top
-
-
-def plot(result: dict, out_dir: Path) -> Path | None:
-    """PNG: per group, GB/s back to back per impl and case (copy as a line), and the per-call
-    time at decode sizes."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as e:  # plotting is optional
-        print(f"no plot: matplotlib unavailable ({e})", file=sys.stderr)
-        return None
-    rows = result["rows"]
-    if not rows:
-        return None
-    panels = list(dict.fromkeys((r["group"], r.get("kind", "bandwidth")) for r in rows))
-    impls = list(dict.fromkeys(r["impl"] for r in rows))
-    colors = {name: f"C{i}" for i, name in enumerate(impls)}
-    ncases = max(len({r["case"] for r in rows if (r["group"], r.get("kind", "bandwidth")) == p})
-                 for p in panels)
-    width = max(7.0, 0.35 * ncases * (len(impls) + 1) + 2)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(width, 3.4 * len(panels)), squeeze=False)
-    copy_gbps = result.get("copy", {}).get("gbps")
-    for ax, (group, kind) in zip(axes[:, 0], panels):
-        prow = [r for r in rows if (r["group"], r.get("kind", "bandwidth")) == (group, kind)]
-        pimpls = [i for i in impls if any(r["impl"] == i for r in prow)]
-        where = f"{result['kernel']}{' ' + group if group else ''} on {result['device_name']}"
-        if kind == "latency":
-            top = _bars(ax, prow, pimpls, colors, lambda r: r["median_ms"] and r["median_ms"] * 1e3,
-                        lambda r: f"{r['median_ms'] * 1e3:.1f}")
-            ax.set_ylabel("us per call")
-            ax.set_title(f"{where}: per call at decode sizes, back to back (lower is better)",
-                         fontsize=10)
-        else:
-            top = _bars(ax, prow, pimpls, colors, lambda r: r["gbps"],
-                        lambda r: r["x_copy"] and f"{r['x_copy']:.2f}x")
-            if copy_gbps:
-                ax.axhline(copy_gbps, color="black", linestyle="--", linewidth=1,
-                           label=f"copy {copy_gbps:.0f} GB/s")
-                top = max(top, copy_gbps)
-            ax.set_ylabel("GB/s")
-            ax.set_title(f"{where}: back to back", fontsize=10)
-        ax.set_ylim(0, top * 1.25)
-        ax.legend(fontsize=7, ncol=min(len(pimpls) + 1, 6), loc="upper left")
-    fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result['kernel']}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def print_table(result: dict) -> None:
-    """Rich table (plain text when rich is missing): one line per (case, impl)."""
-    copy = result.get("copy", {})
-    title = (f"{result['kernel']} on {result['device_name']} ({result['device']}), "
-             f"{result.get('variant') or '?'}\ncopy bandwidth {_fmt(copy.get('gbps'), '.1f')} "
-             f"GB/s; bytes = {result['bytes_formula']}; x copy = GB/s / copy GB/s; per call = "
-             "wall clock, calls back to back")
-    head = ["case", "impl", "us per call", "GB/s", "x copy", "flushed x copy", "ours faster by",
-            "ok"]
-    lines = []
-    for r in result["rows"]:
-        case = f"{r['group']} {r['case']}" if r["group"] else r["case"]
-        if r.get("kind") == "latency":
-            case += " (decode)"
-        if r["impl"] == OURS:
-            vs = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup"].items())
-            faster = f"vs {vs}" if vs else "-"
-        else:
-            faster = _fmt(r["speedup"].get(OURS) and 1 / r["speedup"][OURS], ".2f")
-            faster = faster + "x" if faster != "-" else faster
-        ok = "yes" if r["ok"] else ("ERROR" if r["error"] else "MISMATCH")
-        per_call = r["median_ms"] * 1e3 if r["median_ms"] else None
-        lines.append([case, r["impl"], _fmt(per_call, ".2f"), _fmt(r["gbps"], ".1f"),
-                      _fmt(r["x_copy"], ".3f"), _fmt(r.get("flushed_x_copy"), ".3f"), faster, ok])
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(title)
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
-        for line in [head, *lines]:
-            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
-        return
-    table = Table(*head)
-    prev = None
-    for line, r in zip(lines, result["rows"]):
-        if prev is not None and line[0] != prev:
-            table.add_section()
-        prev = line[0]
-        style = "bold" if r["impl"] == OURS else None
-        table.add_row(*line, style=style)
-    console = Console(width=max(Console().width, 120), soft_wrap=False)
-    console.print(title, highlight=False, markup=False)
-    console.print(table)
 
 
 # --- shared command line -------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """HTTP plumbing: the parsed request, the answer, injected faults, and the stdlib handler that
-reads a request, applies a fault if one is armed, and hands it to `HubServer._dispatch`."""
+reads a request, applies a fault if one is armed, and hands it to its `Hub` (`HubServer`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from .model import HubError
-
-if TYPE_CHECKING:
-    from .server import HubServer
 
 log = logging.getLogger("kbuild_hub.server")
 
@@ -88,6 +85,17 @@ class Fault:
     path_contains: str
 
 
+class Hub(Protocol):
+    """What the handler needs of the server it serves (server.HubServer)."""
+    url: str
+    requests: list[tuple[str, str, int]]  # (method, raw target, status); 0 = dropped
+    _connections: set
+
+    def _take_fault(self, method: str, target: str) -> Fault | None: ...
+
+    def _dispatch(self, req: Request) -> Response: ...
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kbuild-hubserver/1"
@@ -127,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _handle(self) -> None:
-        hub: HubServer = self.server.hub  # type: ignore[attr-defined]
+        hub: Hub = self.server.hub  # type: ignore[attr-defined]
         try:
             body = self._read_body()
         except ValueError:  # bad Content-Length or chunk size: answer, then hang up
@@ -161,7 +169,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(hub._dispatch(request))
 
     def _send(self, response: Response) -> None:
-        hub: HubServer = self.server.hub  # type: ignore[attr-defined]
+        hub: Hub = self.server.hub  # type: ignore[attr-defined]
         hub.requests.append((self.command, self.path, response.status))
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
@@ -178,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    hub: "HubServer"
+    hub: Hub
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Route errors are answered in _dispatch; what lands here is a client hanging up mid-answer.

@@ -164,8 +164,8 @@ def skip_unless_shipped_locks_fit(env: str) -> None:
     """Skips the test (or the module) where the committed lock of `env` is for another Python
     than this one (the GPU image's): kbuild rightly refuses to realise it there."""
     import pytest
-    from kbuild.matrix import lock
-    locked = lock.read(REPO / "locks" / "linux-64" / f"pylock.{env}.toml").python
+    from kbuild.matrix import lockfile
+    locked = lockfile.read(REPO / "locks" / "linux-64" / f"pylock.{env}.toml").python
     if locked != this_python():
         pytest.skip(f"the shipped lock of {env} is for Python {locked}, which kbuild (rightly) "
                     f"refuses on Python {this_python()}", allow_module_level=True)

@@ -19,7 +19,7 @@ import pytest
 
 from kbuild_testing import (REPO, complete_variants, compiler_pids, copy_project,
                             default_sigint, real_compiles_env, wait_for, work_folder)
-from kbuild.matrix import envs, lock, matrix
+from kbuild.matrix import envs, lockfile, matrix
 from kbuild.stages.check import check_variant
 
 ENVS = ["torch213-cpu", "torch214-cu130"]
@@ -115,7 +115,7 @@ def test_build_all_builds_both_variants(built, realised):
     assert CPU in proc.stdout and CUDA in proc.stdout  # the final table
     for variant, env in ((CPU, "torch213-cpu"), (CUDA, "torch214-cu130")):  # --locked: from locks
         meta = json.loads((project / "build" / variant / "metadata.json").read_text())
-        assert meta["provenance"]["environment"]["lock"] == lock.read(
+        assert meta["provenance"]["environment"]["lock"] == lockfile.read(
             REPO / "locks" / "linux-64" / f"pylock.{env}.toml").sha256
 
 

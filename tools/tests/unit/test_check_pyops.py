@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages.pyops import check_file, check_package
+from kbuild.stages.pyops import check_file, check_modules, check_package
 from kbuild.core.errors import BuildError
 
 GOOD = """
@@ -608,3 +608,93 @@ def test_cyclic_imports_and_recursive_wrappers_end(tmp_path):
             """),
     })
     check_package(pairs, project)  # NAME is bound only by the two imports: not decidable
+
+
+# --- cases the rewrite of issue 35 keeps (star imports, `self.lib`, inherited methods, scopes) --
+
+KEPT = """
+import torch
+from torch.library import Library
+
+from ._ops import ops
+from .names import *
+
+NS = "mylib"
+REBOUND = "mylib::r"
+SHADOWED = "mylib::s"
+
+
+class Holder:
+    def __init__(self):
+        self.lib = Library(NS, "FRAGMENT")  # flagged: torch.library.Library
+        self.lib.define("mylib::a(Tensor x) -> Tensor")  # flagged: Library.define
+        self.lib.define("a(Tensor x) -> Tensor")
+
+
+class Base:
+    def reg(self, name):
+        return torch.library.register_fake(name)
+
+
+class Child(Base):
+    pass
+
+
+Child().reg("mylib::b")  # flagged: Child().reg
+torch.library.register_fake(STAR_LITERAL)  # flagged: torch.library.register_fake
+torch.library.register_fake(STAR_PREFIXED)
+
+
+def rebind():
+    global REBOUND
+    REBOUND = ops.name + "::r"
+
+
+torch.library.register_fake(REBOUND)  # another binding, through `global`: not decidable
+[SHADOWED for SHADOWED in range(2)]   # a comprehension's own name
+torch.library.register_fake(SHADOWED)  # flagged: torch.library.register_fake
+
+
+def outer():
+    name = "mylib::c"
+
+    def inner():
+        nonlocal name
+        name = ops.name + "::c"
+    inner()
+    return torch.library.define(name)  # rebound through `nonlocal`: not decidable
+"""
+
+
+FOLLOWED = """
+import torch
+
+
+def registrar():
+    return torch.library.register_fake
+
+
+def reg(first, name):
+    return torch.library.register_fake(name)
+
+
+registrar()("mylib::a")  # flagged: torch.library.register_fake
+reg(*[1], name="mylib::b")  # flagged: reg
+reg(*["mylib::c"])  # unpacked: not decidable
+"""
+
+
+def test_star_imports_library_attributes_inherited_methods_and_scopes(tmp_path):
+    _, pairs = make_package(tmp_path, "k", {
+        "mod.py": KEPT,
+        "names.py": 'from ._ops import add_op_namespace_prefix\n\nSTAR_LITERAL = "mylib::x"\n'
+                    'STAR_PREFIXED = add_op_namespace_prefix("x")\n'})
+    found = check_modules("k", [(src, rel, Path(rel)) for src, rel in pairs])
+    assert [(v.path.name, v.line, v.call) for v in found] == [("mod.py", *m) for m in marked(KEPT)]
+
+
+def test_a_registration_returned_by_a_package_function_and_a_name_after_star_args(tmp_path):
+    """Found since issue 35: what a package function returns is followed as a callee too, and a
+    keyword argument binds its parameter even after `*args` (Python's own binding rules)."""
+    found = check_file(write(tmp_path, FOLLOWED))
+    assert [(v.line, v.call) for v in found] == marked(FOLLOWED)

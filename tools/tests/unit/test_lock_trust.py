@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from kbuild.cli import app
 from kbuild_testing import skip_unless_shipped_locks_fit
 from kbuild.core.errors import BuildError
-from kbuild.matrix import envs, installer, lock, matrix
+from kbuild.matrix import envs, installer, lock, lockfile, matrix
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORM = "linux-64"
@@ -321,8 +321,8 @@ def test_any_mutation_realises_the_same_or_is_one_clean_error(text):
         assert [cmd for cmd, _ in runs] == [cmd for cmd, _ in BASELINE]  # the matrix's sources
         lines = runs[1][1].splitlines()
         assert all(LINE.fullmatch(ln) for ln in lines), lines
-        ours = lock.read(path)
-        base = lock.read(REPO / "locks" / PLATFORM / f"pylock.{ENV}.toml")
+        ours = lockfile.read(path)
+        base = lockfile.read(REPO / "locks" / PLATFORM / f"pylock.{ENV}.toml")
         reported = lock.differences(ours.packages, base.packages)
         fewer_files = _pins(ours.packages).keys() == _pins(base.packages).keys() and all(
             set(p.hashes) <= set(_pins(base.packages)[p.name][2]) and p.hashes

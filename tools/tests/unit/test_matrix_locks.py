@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from kbuild.core.envstamp import environment_provenance
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
-from kbuild.matrix import envs, lock, matrix, realise
+from kbuild.matrix import envs, lock, lockfile, matrix, realise
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORM = "linux-64"
@@ -119,7 +119,7 @@ def test_lock_check_command_exit_codes(tmp_path):
 
 
 def test_lock_installs_exact_hashed_files():
-    locked = lock.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml")
+    locked = lockfile.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml")
     lines = locked.requirement_lines()
     assert len(lines) == len(locked.packages) > 10  # every marker holds on linux-64 with 3.11
     torch = next(ln for ln in lines if ln.startswith("torch==="))
@@ -162,9 +162,9 @@ def test_constraints_of_this_machine_hold_for_locks(tmp_path):
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("torch<=2.13.0\n")
     inst = envs.Installer("uv", "uv", {"constraint": [str(constraints)]})
-    inst.check_constraints(lock.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml"))
+    inst.check_constraints(lockfile.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml"))
     with pytest.raises(BuildError, match=r"pins torch 2.14.1.*torch<=2.13.0"):
-        inst.check_constraints(lock.read(REPO / "locks" / PLATFORM / "pylock.torch214-cu130.toml"))
+        inst.check_constraints(lockfile.read(REPO / "locks" / PLATFORM / "pylock.torch214-cu130.toml"))
 
 
 def stamp(folder: Path, **fields) -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
-from kbuild.matrix import matrix, update
+from kbuild.matrix import matrix, torch_releases, update
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "tools" / "tests" / "data" / "pixi-manifest-schema-v0.77.0.json"
@@ -81,17 +81,17 @@ def pixi(tmp_path) -> Path:
 
 
 def test_labelled_releases_by_flavour_and_platform(index):
-    found = update.releases(f"{index}/whl", "3.11")
-    release = found[update.Version("2.15.0")]
+    found = torch_releases.releases(f"{index}/whl", "3.11")
+    release = found[torch_releases.Version("2.15.0")]
     assert release.computes == {"cu126": {"linux-64"}, "cu130": {"linux-64", "linux-aarch64"},
                                 "cu131": {"linux-64", "linux-aarch64"},
                                 "cpu": {"linux-64", "linux-aarch64"}, "cu118": {"linux-64"}}
-    assert update.Version("2.16.0rc1") not in found  # pre-releases are not followed
+    assert torch_releases.Version("2.16.0rc1") not in found  # pre-releases are not followed
 
 
 def test_new_release_and_patch_are_added_in_the_files_style(index, pixi):
     mx = matrix.load(pixi)
-    changes = update.plan(mx, update.releases(f"{index}/whl", "3.11", update.newer_than(mx)))
+    changes = update.plan(mx, torch_releases.releases(f"{index}/whl", "3.11", update.newer_than(mx)))
     assert changes.added == ["torch215-cu126", "torch215-cu130", "torch215-cu131", "torch215-cpu"]
     assert changes.bumped == ["2.14.1 -> 2.14.2"]  # cu118 is older than the matrix's oldest CUDA
     text = changes.text
@@ -120,13 +120,13 @@ def test_new_release_and_patch_are_added_in_the_files_style(index, pixi):
         tomllib.loads(text)))
     assert not errors, errors[0].message
     # and a second run finds nothing new
-    again = update.plan(new, update.releases(f"{index}/whl", "3.11", update.newer_than(new)))
+    again = update.plan(new, torch_releases.releases(f"{index}/whl", "3.11", update.newer_than(new)))
     assert again.text == text and not again.added
 
 
 def test_pypi_default_wheel_flavour_from_core_metadata(index, pixi):
     mx = matrix.load(pixi)
-    found = update.releases(f"{index}/simple", "3.11", update.newer_than(mx))
+    found = torch_releases.releases(f"{index}/simple", "3.11", update.newer_than(mx))
     assert {str(v): r.computes for v, r in found.items()} == {"2.15.0": {"cu132": {"linux-64"}}}
     changes = update.plan(mx, found)
     assert changes.added == ["torch215-cu132"] and "[feature.cuda132" not in changes.text.split(
@@ -137,10 +137,10 @@ def test_unlabelled_release_without_metadata_asks_the_resolver(index, pixi):
     mx = matrix.load(pixi)
     Index.pages["/nometa/torch/"] = ("text/html", f'<a href="/f/{wheel("2.15.0")}">x</a>'.encode())
     asked, unknown = [], []
-    found = update.releases(f"{index}/nometa", "3.11", update.newer_than(mx),
+    found = torch_releases.releases(f"{index}/nometa", "3.11", update.newer_than(mx),
                             resolver=lambda v: asked.append(str(v)) or "cu130")
-    assert asked == ["2.15.0"] and found[update.Version("2.15.0")].computes == {"cu130": {"linux-64"}}
-    update.releases(f"{index}/nometa", "3.11", update.newer_than(mx), unknown=unknown)
+    assert asked == ["2.15.0"] and found[torch_releases.Version("2.15.0")].computes == {"cu130": {"linux-64"}}
+    torch_releases.releases(f"{index}/nometa", "3.11", update.newer_than(mx), unknown=unknown)
     assert unknown == ["2.15.0"]
 
 
@@ -159,4 +159,4 @@ def test_dry_run_prints_the_diff_and_changes_nothing(index, pixi):
 
 def test_unreachable_index_is_a_clean_error(pixi):
     with pytest.raises(BuildError, match="cannot read http://127.0.0.1:9/torch/"):
-        update.releases("http://127.0.0.1:9", "3.11", timeout=5)
+        torch_releases.releases("http://127.0.0.1:9", "3.11", timeout=5)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
-from kbuild.matrix import matrix, update
+from kbuild.matrix import matrix, torch_releases, update
 
 REPO = Path(__file__).resolve().parents[3]
 JSON = "application/vnd.pypi.simple.v1+json"
@@ -112,7 +112,7 @@ MALFORMED = {
 def test_a_malformed_answer_is_one_clean_error(index, pixi, case):
     name = serve(f"bad{list(MALFORMED).index(case)}", JSON, MALFORMED[case])
     with pytest.raises(BuildError, match="is not a simple-API project page") as e:
-        update.releases(f"{index}/{name}", "3.11")
+        torch_releases.releases(f"{index}/{name}", "3.11")
     assert "\n" not in e.value.message
     before = pixi.read_text()
     result = CliRunner().invoke(app, ["matrix", "update", "--matrix", str(pixi), "--index",
@@ -124,7 +124,7 @@ def test_a_malformed_answer_is_one_clean_error(index, pixi, case):
 def test_a_5000_digit_version_is_not_a_release(index):
     name = serve("huge", JSON, page({"filename": wheel("2." + "9" * 5000 + ".0+cu130"), "url": "a.whl"},
                                     {"filename": wheel("2.15.0+cu130"), "url": "b.whl"}))
-    assert list(update.releases(f"{index}/{name}", "3.11")) == [update.Version("2.15.0")]
+    assert list(torch_releases.releases(f"{index}/{name}", "3.11")) == [torch_releases.Version("2.15.0")]
 
 
 def test_local_files_are_never_read(index, tmp_path):
@@ -135,21 +135,21 @@ def test_local_files_are_never_read(index, tmp_path):
     name = serve("local", JSON, page({"filename": wheel("2.15.0"), "url": metadata.as_uri()[:-9],
                                       "core-metadata": True}))
     with pytest.raises(BuildError, match=r"only http\(s\) is read"):
-        update.releases(f"{index}/{name}", "3.11")
+        torch_releases.releases(f"{index}/{name}", "3.11")
     with pytest.raises(BuildError, match=r"only http\(s\) indexes are read"):
-        update.releases(tmp_path.as_uri(), "3.11")
+        torch_releases.releases(tmp_path.as_uri(), "3.11")
     for n, target in enumerate((metadata.as_uri(), "ftp://127.0.0.1/torch/")):
         Answers.pages[f"/moved{n}/torch/"] = ("redirect", target.encode())
         with pytest.raises(BuildError, match=r"only http\(s\) is read|is not allowed"):
-            update.releases(f"{index}/moved{n}", "3.11")
+            torch_releases.releases(f"{index}/moved{n}", "3.11")
 
 
 def test_cuda_labels_name_cuda_releases(index):
     name = serve("labels", JSON, page(*[{"filename": wheel(f"2.15.0+{c}"), "url": f"{c}.whl"}
                                         for c in ("cu999", "cu127", "cu1", "cu130", "cpu", "cu1300")]))
-    assert update.releases(f"{index}/{name}", "3.11")[update.Version("2.15.0")].computes == {
+    assert torch_releases.releases(f"{index}/{name}", "3.11")[torch_releases.Version("2.15.0")].computes == {
         "cu130": {"linux-64"}, "cpu": {"linux-64"}}
-    assert [update.cuda_of_label(c) for c in ("cu118", "cu126", "cu131", "cu127", "cu999")] == [
+    assert [torch_releases.cuda_of_label(c) for c in ("cu118", "cu126", "cu131", "cu127", "cu999")] == [
         "11.8", "12.6", "13.1", None, None]
 
 
@@ -159,9 +159,9 @@ def test_metadata_naming_no_cuda_release_is_not_followed(index, pixi):
     name = serve("meta", "text/html", f'<a href="/files/{wheel("2.15.0")}" '
                                       f'data-core-metadata="true">w</a>')
     unknown: list[str] = []
-    found = update.releases(f"{index}/{name}", "3.11", update.newer_than(matrix.load(pixi)),
+    found = torch_releases.releases(f"{index}/{name}", "3.11", update.newer_than(matrix.load(pixi)),
                             unknown=unknown)
-    assert update.Version("2.15.0") not in found and unknown == ["2.15.0"]
+    assert torch_releases.Version("2.15.0") not in found and unknown == ["2.15.0"]
 
 
 @pytest.mark.parametrize("where", ["slow", "slow-headers"])
@@ -170,7 +170,7 @@ def test_one_deadline_per_request(index, where):
     Answers.pages[f"/{where}/torch/"] = ("text/html", b"<a href='x'>" + b" " * 200 + b"</a>")
     start = time.monotonic()
     with pytest.raises(BuildError, match="no complete answer within 1s"):
-        update.releases(f"{index}/{where}", "3.11", timeout=1)
+        torch_releases.releases(f"{index}/{where}", "3.11", timeout=1)
     assert time.monotonic() - start < 3
 
 
@@ -209,7 +209,7 @@ def test_any_answer_gives_releases_or_one_clean_error(index, body, ctype, meta):
     Answers.pages["/any/torch/a.whl.metadata"] = ("text/plain", meta)
     Answers.pages["/files/a.whl.metadata"] = ("text/plain", meta)
     try:
-        found = update.releases(f"{index}/any", "3.11", timeout=5)
+        found = torch_releases.releases(f"{index}/any", "3.11", timeout=5)
     except BuildError as e:
         assert "\n" not in e.message, e.message
         assert e.message.startswith("cannot read") or "simple-API" in e.message \
@@ -217,5 +217,5 @@ def test_any_answer_gives_releases_or_one_clean_error(index, body, ctype, meta):
         return
     for version, release in found.items():
         assert not version.is_prerelease and release.computes
-        assert all(update.cuda_of_label(c) for c in release.computes), release.computes
+        assert all(torch_releases.cuda_of_label(c) for c in release.computes), release.computes
         assert all(p <= {"linux-64", "linux-aarch64"} for p in release.computes.values())

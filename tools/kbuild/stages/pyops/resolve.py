@@ -1,0 +1,254 @@
+"""What an expression of the package can be: `Resolver.eval` lists the alternatives.
+
+Each alternative is a `Value` (names.py: a string as far as the rule needs), an outside name
+(`Ext`), a package module, a package function (a method: `self` or `cls` bound), a class or an
+instance of one, or a `functools.partial`. Names are followed through their bindings (scopes.py)
+and the imports between the package's modules; a package function's call is what it returns,
+its parameters replaced by the call's arguments. Recursion (cyclic imports, recursive
+functions) and questions nested too deep end as unknown.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass
+
+from .names import GENERATED, PREFIX_FN, PREFIXED, UNKNOWN, Ext, Value, as_name, concat, fill, join
+from .scopes import FUNCTIONS, Binding, Package, Scope, dotted
+
+MAX_OPEN = 60  # questions open at once before one is answered unknown
+
+
+@dataclass(frozen=True)
+class Mod:
+    key: tuple[str, ...]       # a module or folder of the package
+
+
+@dataclass(frozen=True, eq=False)
+class Func:
+    scope: Scope               # of the def or lambda
+    offset: int = 0            # leading parameters already bound (self, cls)
+
+
+@dataclass(frozen=True, eq=False)
+class Cls:
+    scope: Scope
+    instance: bool             # an instance of the class, not the class
+
+
+@dataclass(frozen=True, eq=False)
+class Partial:
+    targets: tuple             # what functools.partial wraps
+    args: tuple
+    keywords: tuple
+
+
+class Resolver:
+    def __init__(self, package: Package) -> None:
+        self.p = package
+        self._memo: dict[tuple, list] = {}
+        self._open: set[tuple] = set()
+
+    def _once(self, key: tuple, compute) -> list:
+        """compute() memoised; a question asked again while open, or too deep, is unknown."""
+        if key not in self._memo:
+            if key in self._open or len(self._open) > MAX_OPEN:
+                return [UNKNOWN]
+            self._open.add(key)
+            try:
+                self._memo[key] = compute() or [UNKNOWN]
+            finally:
+                self._open.discard(key)
+        return self._memo[key]
+
+    def value(self, expr: ast.expr, scope: Scope) -> Value:
+        """`expr` as an op name: its alternatives joined."""
+        return join([as_name(x) for x in self.eval(expr, scope)])
+
+    def eval(self, expr: ast.AST, scope: Scope) -> list:
+        return self._once(("eval", id(expr), id(scope)), lambda: self._eval(expr, scope))
+
+    def _eval(self, expr: ast.AST, scope: Scope) -> list:
+        v = lambda e: self.value(e, scope)  # noqa: E731
+        if isinstance(expr, ast.Constant):
+            return [Value("text", expr.value) if isinstance(expr.value, str) else UNKNOWN]
+        if isinstance(expr, ast.JoinedStr):
+            return [concat([v(part) for part in expr.values])]
+        if isinstance(expr, ast.FormattedValue):
+            return self.eval(expr.value, scope)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            return [concat([v(expr.left), v(expr.right)])]
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):  # "%s::op" % ns
+            first = expr.right.elts[0] if isinstance(expr.right, ast.Tuple) and expr.right.elts else expr.right
+            return [fill(v(expr.left), "%", ("s",), v(first))]
+        if isinstance(expr, ast.IfExp):
+            return self.eval(expr.body, scope) + self.eval(expr.orelse, scope)
+        if isinstance(expr, ast.Subscript):  # add_op_namespace_prefix("x").split("::")[0]
+            return [PREFIXED if v(expr.value) == PREFIXED else UNKNOWN]
+        if isinstance(expr, ast.Name):
+            return [x for b in self.p.lookup(scope, expr.id) for x in self.bound(b)]
+        if isinstance(expr, ast.Attribute):
+            out = [x for base in self.eval(expr.value, scope) for x in self.member(base, expr.attr)]
+            for value, vscope in scope.module.attr_values.get(dotted(expr) or "", []):  # self.lib = ...
+                out += [x for x in self.eval(value, vscope) if x == Ext("torch.library.Library()")]
+            return out
+        if isinstance(expr, ast.Call):
+            return self._call(expr, scope)
+        if isinstance(expr, FUNCTIONS):  # a def (with its decorators), a lambda
+            func = self.p.scopes[id(expr)]
+            return [Func(func) if func.transparent else UNKNOWN]
+        if isinstance(expr, ast.ClassDef):
+            return [Cls(self.p.scopes[id(expr)], False)]
+        return [UNKNOWN]
+
+    def bound(self, b: Binding | Ext | Mod) -> list:
+        """What a binding (or what an import leads to) can be."""
+        if not isinstance(b, Binding):
+            return [b]
+        if b.kind == "value":
+            return self.eval(b.node, b.scope)
+        if b.kind == "unpack":  # namespace, op = add_op_namespace_prefix("x").split("::")
+            return [PREFIXED if self.value(b.node, b.scope) == PREFIXED else UNKNOWN]
+        if b.kind == "import":
+            return self._once(("import", id(b)), lambda: [x for t in self.imported(b) for x in self.bound(t)])
+        if b.kind == "param" and (method := self_param(b)):
+            return [Cls(b.scope.parent, method == "instance")]
+        if b.kind == "param" and b.extra[0] == "param":
+            return [Value("param", slot=(b.scope, b.extra))]
+        return [UNKNOWN]
+
+    def imported(self, b: Binding) -> list:
+        alias, node = b.node, b.extra
+        if isinstance(node, ast.Import):
+            first, *rest = (alias.name if alias.asname else alias.name.split(".")[0]).split(".")
+            key = tuple(rest)
+            if first != self.p.name:
+                return [Ext(".".join([first, *rest]))]
+            return [Ext(GENERATED)] if self.p.is_generated(key) else [Mod(key)] if key in self.p.packages else []
+        key = self.p.from_key(b.scope.module, node)
+        if key is None and node.level and (alias.name == "_ops" or (node.module or "").endswith("_ops")):
+            key = ("_ops",)  # the generated module, however many dots lead to it
+        if key is None:
+            return [] if node.level else [Ext(f"{node.module}.{alias.name}")]
+        return self.module_member(key, alias.name)
+
+    def module_member(self, key: tuple[str, ...], name: str) -> list:
+        """What `from <package module> import name` binds."""
+        if key + (name,) in self.p.packages:
+            return [Mod(key + (name,))]
+        if self.p.is_generated(key + (name,)):
+            return [Ext(GENERATED)]
+        if self.p.is_generated(key):
+            return [Ext(f"{GENERATED}.{name}")]
+        module = self.p.modules.get(key)
+        return self.p.lookup(module.scope, name) if module else []
+
+    def member(self, base, attr: str) -> list:
+        if isinstance(base, Ext):
+            return [Ext(f"{base.origin}.{attr}")]
+        if isinstance(base, Mod):
+            return [x for t in self.module_member(base.key, attr) for x in self.bound(t)]
+        if isinstance(base, Cls):
+            return [Func(f, 1 if f.method == "class" or (base.instance and f.method == "instance") else 0)
+                    for f in self.methods(base.scope, attr, set())]
+        return [UNKNOWN]
+
+    def methods(self, cls: Scope, attr: str, seen: set) -> list[Scope]:
+        """The class's (else its bases') defs named `attr` that keep their signature."""
+        if id(cls) in seen:
+            return []
+        seen.add(id(cls))
+        if attr in cls.bindings:
+            return [f for b in cls.bindings[attr] if isinstance(b.node, FUNCTIONS)
+                    and (f := self.p.scopes[id(b.node)]).transparent]
+        return [f for base in cls.node.bases for c in self.eval(base, cls.parent)
+                if isinstance(c, Cls) for f in self.methods(c.scope, attr, seen)]
+
+    def _call(self, call: ast.Call, scope: Scope) -> list:
+        if self.is_prefix_call(call, scope):
+            return [PREFIXED]
+        if isinstance(call.func, ast.Attribute):  # a str method
+            receiver, method = self.value(call.func.value, scope), call.func.attr
+            if receiver == PREFIXED:
+                return [PREFIXED]
+            if receiver.kind == "text" and method == "format":
+                return [fill(receiver, "{", ("}", "0}"), self.value(call.args[0], scope) if call.args else UNKNOWN)]
+            items = call.args[0] if call.args else None
+            if receiver.kind == "text" and method == "join" and isinstance(items, ast.List | ast.Tuple):
+                parts = [self.value(e, scope) for e in items.elts]
+                return [concat([x for i, part in enumerate(parts) for x in [receiver][:i] + [part]])]
+        args, keywords = [(a, scope) for a in call.args], [(k.arg, k.value, scope) for k in call.keywords]
+        out = []
+        for c in self.eval(call.func, scope):
+            if isinstance(c, Func):
+                out += self.returned(c, args, keywords)
+            elif isinstance(c, Cls):
+                out.append(UNKNOWN if c.instance else Cls(c.scope, True))
+            elif c == Ext("functools.partial") and args:
+                out.append(Partial(tuple(self.eval(*args[0])), tuple(args[1:]), tuple(keywords)))
+            else:
+                out.append(Ext(c.origin + "()") if isinstance(c, Ext) else UNKNOWN)
+        return out
+
+    def returned(self, callee: Func, args: list, keywords: list) -> list:
+        """What a package function returns, its parameters replaced by this call's arguments."""
+        func, out = callee.scope, []
+        for expr in [None] if func.generator or not func.returns else func.returns:
+            for x in [UNKNOWN] if expr is None else self.eval(expr, func):
+                if isinstance(x, Value) and x.kind == "param" and x.slot[0] is func:
+                    x = self.argument(callee, x.slot[1], args, keywords, False)[0]
+                out.append(x)
+        return out
+
+    def is_prefix_call(self, call: ast.Call, scope: Scope) -> bool:
+        return (dotted(call.func) or "").split(".")[-1] == PREFIX_FN or any(
+            (isinstance(c, Ext) and c.origin.split(".")[-1] == PREFIX_FN)
+            or (isinstance(c, Func) and getattr(c.scope.node, "name", "") == PREFIX_FN)
+            for c in self.eval(call.func, scope))
+
+    def argument(self, callee: Func, slot: tuple, args: list, keywords: list,
+                 partial: bool) -> tuple[Value, str]:
+        """The value a call gives a parameter slot, bound by Python's own rules (`inspect`):
+        (value, "arg" | "default" | "missing" | "unknown")."""
+        P, a = inspect.Parameter, callee.scope.node.args
+        positional = [*a.posonlyargs, *a.args]
+        defaults = [None] * (len(positional) - len(a.defaults)) + a.defaults
+        params = [P(p.arg, P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD,
+                    default=P.empty if d is None else d)
+                  for i, (p, d) in enumerate(zip(positional, defaults))][min(callee.offset, len(positional)):]
+        params += [P(a.vararg.arg, P.VAR_POSITIONAL)] if a.vararg else []
+        params += [P(p.arg, P.KEYWORD_ONLY, default=P.empty if d is None else d)
+                   for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+        params += [P(a.kwarg.arg, P.VAR_KEYWORD)] if a.kwarg else []
+        star = next((i for i, (e, _) in enumerate(args) if isinstance(e, ast.Starred)), len(args))
+        unpacked = any(k is None for k, _, _ in keywords)
+        try:
+            bound = inspect.Signature(params).bind_partial(
+                *args[:star], **{k: (e, s) for k, e, s in keywords if k is not None}).arguments
+        except (TypeError, ValueError):  # a call that would fail, or a def Python refuses
+            return UNKNOWN, "unknown"
+        kind, key = slot[0], slot[-1]
+        if kind == "vararg":
+            given = bound.get(a.vararg.arg, ())
+            found, unknown = (given[key] if key < len(given) else None), star < len(args)
+        elif kind == "kwarg":
+            found, unknown = bound.get(a.kwarg.arg, {}).get(key), unpacked
+        else:
+            param = next((p for p in params if p.name == key), None)
+            if param is None:
+                return UNKNOWN, "unknown"  # a bound self / cls
+            found = bound.get(key)
+            unknown = unpacked or (star < len(args) and param.kind != P.KEYWORD_ONLY)
+            if found is None and not unknown and not partial and param.default is not P.empty:
+                return self.value(param.default, callee.scope.parent), "default"
+        if found is not None:
+            return self.value(*found), "arg"
+        return UNKNOWN, "unknown" if unknown else "missing"
+
+
+def self_param(b: Binding) -> str | None:
+    """instance / class: `b` is the `self` / `cls` of a method."""
+    func = b.scope
+    params = [*func.node.args.posonlyargs, *func.node.args.args]
+    return func.method if func.method in ("instance", "class") and params and params[0] is b.node else None
