@@ -197,8 +197,8 @@ def loose_intersection(wanted: list[str], targets: list[str]) -> list[str]:
 def capability_targets(cuda: CudaToolkit, local: list[str] | None) -> tuple[list[str], list[str]]:
     """(target archs for the intersection, archs of kernels that declare none): the toolkit's
     defaults, or only the local GPU's capabilities for a local build."""
-    if local:
-        return [_base(c) for c in local], list(local)
+    if local:  # a GPU of capability 9.0 is the target of a `9.0a` kernel too
+        return [_base(c).rstrip("af") for c in local], list(local)
     defaults = default_capabilities(cuda.version)
     return [_base(c) for c in defaults], defaults
 
