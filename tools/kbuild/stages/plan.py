@@ -211,10 +211,15 @@ class CudaTargets:
     notes: tuple[str, ...]            # one line per kernel whose capabilities were cut
 
 
+def _nvcc_has(cap: str, supported: set[str]) -> bool:
+    """Whether nvcc (its `supported_archs`) compiles for `cap` (`9.0a`: where it has 9.0)."""
+    return _base(cap) in supported or _base(cap).rstrip("af") in supported
+
+
 def _dropped_reason(cap: str, targets: list[str], nvcc: Version, supported: set[str]) -> str:
     """Why the intersection left out a declared capability."""
     base, v = _base(cap), _cap_version(cap)
-    if base not in supported and base.rstrip("af") not in supported:
+    if not _nvcc_has(cap, supported):
         return f"nvcc {nvcc} cannot compile it"
     if base[-1] in "af":
         return f"{base[:-1]} is not one of the targets"
@@ -236,7 +241,7 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
     supported = set(cuda.supported_archs)
     targets, fallback = capability_targets(cuda, local)
     for cap in local or []:
-        if _base(cap) not in supported and _base(cap).rstrip("af") not in supported:
+        if not _nvcc_has(cap, supported):
             raise BuildError(f"nvcc {cuda.version} cannot compile for capability {cap}",
                              hint="pass --cuda-capabilities with capabilities this toolkit supports: "
                                   + ", ".join(sorted(supported, key=lambda s: Version(s.rstrip("af")))))
@@ -252,8 +257,7 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
         if not declared:
             archs[name] = list(fallback)
             continue
-        kept = [c for c in loose_intersection(declared, targets)
-                if _base(c).rstrip("af") in supported or _base(c) in supported]
+        kept = [c for c in loose_intersection(declared, targets) if _nvcc_has(c, supported)]
         key = f"kernel.{name}.cuda-capabilities"
         if kept:
             archs[name] = kept
@@ -268,8 +272,7 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
                              file=project / MANIFEST, key=key,
                              hint="list a capability of the same major at or below one of those "
                                   "targets, or bound the kernel with cuda-minver")
-        compilable = sorted((c for c in declared if _base(c) in supported
-                             or _base(c).rstrip("af") in supported), key=_cap_version)
+        compilable = sorted((c for c in declared if _nvcc_has(c, supported)), key=_cap_version)
         if not compilable:
             raise BuildError(f"nvcc {cuda.version} can compile none of the capabilities "
                              f"{declared}, and the binding may call into this kernel",
@@ -277,9 +280,9 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
                              hint="bound the kernel with cuda-minver/cuda-maxver, or build with "
                                   "a toolkit that supports them")
         link_only[name] = _base(compilable[0])
-        notes.append(f"kernel {name}: not run by {', '.join(local)} (it declares "
-                     f"{', '.join(declared)}); compiled as PTX for {link_only[name]} only, so "
-                     "the binding links")
+        notes.append(f"kernel {name}: not compiled for {', '.join(local)} (it declares "
+                     f"{', '.join(declared)}); PTX for {link_only[name]} only, so that the "
+                     "binding links")
     if local and link_only and not archs:
         listing = "; ".join(f"{n}: {', '.join(kernels[n].cuda_capabilities)}" for n in link_only)
         raise BuildError(f"no kernel runs on {', '.join(local)} ({listing})",
