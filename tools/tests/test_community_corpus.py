@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from kbuild_testing import REPO, fake_toolkit, fake_torch
 from kbuild.core import manifest as manifest_mod
@@ -77,12 +78,43 @@ def test_megablocks_capabilities_follow_upstreams_intersection(projects, monkeyp
     p = planned(projects["megablocks"], "cuda", monkeypatch)
     assert p.kernel_archs["megablocks"] == ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0",
                                             "12.0"]
+    # and the build says so, one line for the kernel (upstream drops them silently)
+    assert p.capability_notes == ("kernel megablocks: 7.0 dropped: nvcc 13.0 cannot compile it; "
+                                  "7.2 dropped: nvcc 13.0 cannot compile it; 10.1 dropped: nvcc "
+                                  "13.0 cannot compile it; 11.8 dropped: nvcc 13.0 cannot "
+                                  "compile it",)
 
 
 def test_activation_is_a_stable_abi_cuda_variant(projects, monkeypatch):
     p = planned(projects["activation"], "cuda", monkeypatch)
     assert p.name == "torch-stable-abi210-cu130-x86_64-linux"
     assert set(p.kernels) == {"activation"}
+
+
+def test_build_all_plans_activation_once_per_toolkit(projects):
+    """activation (`[torch.stable-abi] cuda = "2.10"`) over the default matrix, planned only:
+    one stable-ABI variant per CUDA toolkit, built by the toolkit's newest torch, the other
+    environments reported once as covered by it (or skipped: torch older than 2.10); CPU
+    builds a regular variant per torch. No two environments write one folder."""
+    from kbuild.matrix import buildall, matrix
+    project = projects["activation"]
+    mx = matrix.load(project)  # it has no pixi.toml: the builder's default matrix
+    jobs, settled = buildall.plan_jobs(project, list(mx.envs))
+    assert len({j.variant for j in jobs}) == len(jobs)
+    assert sorted([j.spec.name for j in jobs] + [r.env for r in settled]) == sorted(
+        e.name for e in mx.envs)  # every environment reported once
+    cuda = [e for e in mx.envs if e.cuda]
+    stable = {j.variant: j.spec.name for j in jobs if j.spec.cuda}
+    newest = {e.compute: max((c for c in cuda if c.compute == e.compute
+                              and c.release >= Version("2.10")), key=lambda c: c.release).name
+              for e in cuda if e.release >= Version("2.10")}
+    assert stable == {f"torch-stable-abi210-{cu}-x86_64-linux": name for cu, name in newest.items()}
+    assert stable["torch-stable-abi210-cu130-x86_64-linux"] == "torch214-cu130"
+    status = {r.env: r.status for r in settled}
+    assert status["torch213-cu130"] == "covered" and status["torch29-cu130"] == "skipped"
+    assert {status[e.name] for e in cuda if e.name not in stable.values()} == {"covered", "skipped"}
+    cpu = sorted(j.variant for j in jobs if not j.spec.cuda)
+    assert cpu == sorted(e.variant() for e in mx.envs if not e.cuda)  # regular, one per torch
 
 
 @pytest.mark.slow

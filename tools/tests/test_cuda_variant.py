@@ -50,8 +50,8 @@ def test_cuda_variant_layout(cuda_variant):
     assert cuda_variant.variant == "torch214-cxx11-cu130-x86_64-linux"
     meta = json.loads((cuda_variant.path / "metadata.json").read_text())
     assert meta["backend"]["type"] == "cuda"
-    assert meta["backend"]["archs"] == ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0",
-                                        "12.0", "12.1+PTX"]
+    assert meta["backend"]["archs"] == ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3",
+                                        "11.0", "12.0", "12.1+PTX"]
     assert meta["id"].startswith("_img2gray_cuda_")
 
 

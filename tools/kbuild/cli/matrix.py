@@ -129,7 +129,7 @@ def _table(results, runner) -> None:
     table = make_table("environment", "variant", "status", "env", "build", "total", ".so", "notes",
                   title=f"build-all ({runner.via}) -> {runner.build_dir}")
     colors = {"built": "green", "up to date": "green", "failed": "red", "interrupted": "red",
-              "unavailable": "yellow"}
+              "unavailable": "yellow", "covered": "green", "skipped": "yellow"}
     for r in results:
         note = r.message
         if r.status == "failed" and r.log:

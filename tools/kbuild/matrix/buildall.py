@@ -1,8 +1,13 @@
 """`build-all`: every selected environment's variant, in parallel, each in its own process.
 
-Per environment: realise it (pixi, or a cached PyPI venv from envs.py, from its lock), skip it when its inputs
-(sources, manifest, builder, environment pins) match the last successful build and the variant in
-build/ is intact, else run `kbuild build` for its interpreter in a new process group, logging to
+First the environments are planned into variants (`plan_jobs`): each build/ folder is written by
+one environment. A stable-ABI backend's variant is the same for every torch of a toolkit, so
+of the environments that share it the one with the newest torch (that the stable-ABI version
+allows) builds it and the others are reported as covered by it; a noarch project's variant is
+the same for every environment of its backend. Per building environment: realise it (pixi, or
+a cached PyPI venv from envs.py, from its lock), skip it when its inputs (sources, manifest,
+builder, environment pins) match the last successful build and the variant in build/ is intact,
+else run `kbuild build` for its interpreter in a new process group, logging to
 .kbuild/logs/<env>.log. `pipeline.build_plan` moves each variant into build/ atomically, so an
 interrupted or failed environment leaves its previous variant (or none), never a partial one.
 """
@@ -20,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from packaging.version import Version
+
 from . import realise
 from ..core import manifest as manifest_mod
 from ..core.built import digest_files
@@ -28,6 +35,8 @@ from ..core.layout import METADATA, Layout
 from ..core.runner import Process, spawn_logged, stop
 from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
+from ..core.variant import Variant
+from ..stages import frameworks
 from ..stages.plan import input_files
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -38,6 +47,7 @@ class EnvResult:
     env: str
     variant: str
     status: str                 # built | up to date | failed | interrupted | unavailable
+                                # | covered (another environment builds its variant) | skipped
     seconds: float = 0.0        # wall time of this environment in this run
     env_seconds: float = 0.0    # creating the environment (0 when reused)
     build_seconds: float = 0.0  # the `kbuild build` process
@@ -48,7 +58,64 @@ class EnvResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in ("built", "up to date")
+        return self.status in ("built", "up to date", "covered", "skipped")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One environment's build and the build/ folder it writes."""
+    spec: EnvSpec
+    variant: str
+    covers: tuple[str, ...] = ()  # other environments whose variant this is
+
+
+def env_variant(manifest: manifest_mod.Manifest, spec: EnvSpec, project: Path
+                ) -> tuple[str | None, str]:
+    """(the folder a build in `spec` writes, or None and why it builds nothing there)."""
+    if spec.backend not in manifest.general.backends:
+        return None, f"backend {spec.backend} is not listed in build.toml"
+    if manifest.is_noarch:
+        return Variant.noarch(spec.backend).name, ""
+    regular = Variant.parse(spec.variant())
+    stable = (None if manifest.torch is None
+              else frameworks.stable_abi_version(manifest, spec.backend, project))
+    if stable is None:
+        return regular.name, ""
+    if (spec.release.major, spec.release.minor) < stable:
+        return None, (f"torch {spec.release} is older than the stable-ABI version "
+                      f"{stable[0]}.{stable[1]} this project targets")
+    return frameworks.stable_variant(regular, stable).name, ""
+
+
+def _rank(spec: EnvSpec) -> tuple[bool, Version]:
+    """Which environment of several builds their variant: one realisable here, newest torch."""
+    return (spec.available is None or spec.available.ok, Version(spec.torch_version))
+
+
+def plan_jobs(project: Path, specs: list[EnvSpec], strict: tuple[str, ...] = ()
+              ) -> tuple[list[Job], list[EnvResult]]:
+    """The builds to run, one per variant, and the results of the environments that need none
+    (covered by another's build, or skipped: a backend not listed, a torch too old for the
+    stable ABI; an environment named on the command line is failed instead of skipped)."""
+    manifest = manifest_mod.load(project, warn=lambda _: None)
+    groups: dict[str, list[EnvSpec]] = {}
+    settled: list[EnvResult] = []
+    for spec in specs:
+        variant, why = env_variant(manifest, spec, project)
+        if variant is None:
+            settled.append(EnvResult(spec.name, "-", "failed" if spec.name in strict
+                                     else "skipped", message=why))
+        else:
+            groups.setdefault(variant, []).append(spec)
+    jobs = []
+    for variant, members in groups.items():
+        chosen = max(members, key=_rank)
+        others = tuple(s.name for s in members if s is not chosen)
+        jobs.append(Job(chosen, variant, others))
+        settled += [EnvResult(s.name, variant, "covered", message=f"{variant} is built by "
+                              f"{chosen.name} (torch {chosen.torch_version})")
+                    for s in members if s is not chosen]
+    return jobs, settled
 
 
 @dataclass
@@ -74,12 +141,12 @@ def builder_hash() -> str:
     return content_hash(files, root)
 
 
-def fingerprint(project: Path, spec: EnvSpec, env_key: str, builder: str) -> str:
+def fingerprint(project: Path, job: Job, env_key: str, builder: str) -> str:
     manifest = manifest_mod.load(project, warn=lambda _: None)
     files = input_files(project, manifest)
     uid, _ = build_uid(project, files)
     text = json.dumps({"inputs": content_hash(files, project), "uid": uid, "env": env_key,
-                       "builder": builder, "backend": spec.backend, "variant": spec.variant()})
+                       "builder": builder, "backend": job.spec.backend, "variant": job.variant})
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -133,9 +200,10 @@ class Runner:
         self.builder = builder_hash()
 
     # -- one environment -------------------------------------------------------------------------
-    def run_one(self, spec: EnvSpec) -> EnvResult:
+    def run_one(self, job: Job) -> EnvResult:
+        spec = job.spec
         start = time.monotonic()
-        result = EnvResult(spec.name, spec.variant(), "failed")
+        result = EnvResult(spec.name, job.variant, "failed")
         log = self.log_dir / f"{spec.name}.log"
         try:
             if self.stop.is_set():
@@ -153,10 +221,10 @@ class Runner:
             if self.stop.is_set():
                 result.status = "interrupted"
                 return result
-            fp = fingerprint(self.project, spec, real.key, self.builder)
-            if not self.opts.force and is_current(self.project, self.build_dir, spec.variant(), fp):
+            fp = fingerprint(self.project, job, real.key, self.builder)
+            if not self.opts.force and is_current(self.project, self.build_dir, job.variant, fp):
                 result.status = "up to date"
-                result.so_bytes = so_size(self.build_dir / spec.variant())
+                result.so_bytes = so_size(self.build_dir / job.variant)
                 return result
             self.event(spec.name, "compiling", {})
             t0 = time.monotonic()
@@ -167,12 +235,12 @@ class Runner:
                 result.log = str(log)
                 result.message = _tail_error(log) if not self.stop.is_set() else ""
                 return result
-            variant_dir = self.build_dir / spec.variant()
+            variant_dir = self.build_dir / job.variant
             if not (variant_dir / METADATA).is_file():
                 result.message = f"the build produced no {variant_dir.name}"
                 result.log = str(log)
                 return result
-            record(self.project, self.build_dir, spec.variant(), fp)
+            record(self.project, self.build_dir, job.variant, fp)
             result.status = "built"
             result.so_bytes = so_size(variant_dir)
             return result
@@ -237,25 +305,28 @@ class Runner:
 
     # -- all of them ------------------------------------------------------------------------------
     def run(self, specs: list[EnvSpec]) -> list[EnvResult]:
-        self.realiser.prepare(specs)
+        jobs, settled = plan_jobs(self.project, specs, tuple(self.opts.strict))
+        self.realiser.prepare([j.spec for j in jobs])
         results: dict[str, EnvResult] = {}
+        for r in settled:  # covered or skipped: nothing to build
+            results[r.env] = r
+            self.event(r.env, "done", {"result": r})
         pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
-        futures = {pool.submit(self.run_one, s): s for s in specs}
+        futures = {pool.submit(self.run_one, j): j for j in jobs}
         try:
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    spec = futures[fut]
-                    results[spec.name] = fut.result()
+                    results[futures[fut].spec.name] = fut.result()
         except KeyboardInterrupt:
             self.interrupt()
-            for fut, spec in futures.items():
+            for fut, job in futures.items():
                 try:
-                    results[spec.name] = fut.result()
+                    results[job.spec.name] = fut.result()
                 except Exception as e:  # a worker that died with the interrupt
-                    results[spec.name] = EnvResult(spec.name, spec.variant(), "interrupted",
-                                                   message=str(e))
+                    results[job.spec.name] = EnvResult(job.spec.name, job.variant, "interrupted",
+                                                       message=str(e))
             raise Interrupted([results[s.name] for s in specs if s.name in results]) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

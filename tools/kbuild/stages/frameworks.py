@@ -64,7 +64,12 @@ def apply(plan):
                          f"{version[0]}.{version[1]} this project targets",
                          file=plan.project / MANIFEST, key="torch.stable-abi",
                          hint="build with a newer torch, or lower torch.stable-abi")
-    regular = plan.variant
-    stable = Variant.torch(version, plan.backend, cpu=regular.cpu, os=regular.os,
-                           backend_version=regular.backend_version, framework="torch-stable-abi")
-    return dataclasses.replace(plan, variant=stable)
+    return dataclasses.replace(plan, variant=stable_variant(plan.variant, version))
+
+
+def stable_variant(regular: Variant, version: tuple[int, int]) -> Variant:
+    """The stable-ABI variant a build of `regular` (a torch variant) writes instead: one per
+    backend, toolkit and platform, whatever the torch (build-all builds it once)."""
+    assert regular.backend is not None
+    return Variant.torch(version, regular.backend, cpu=regular.cpu, os=regular.os,
+                         backend_version=regular.backend_version, framework="torch-stable-abi")

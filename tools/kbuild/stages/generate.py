@@ -33,8 +33,6 @@ _UNSAFE = re.compile(r"[;\x00-\x1f\x7f]|\$<")
 # nvcc is limited to characters the shell leaves alone.
 _NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
 _IDENT = re.compile(r"^[A-Za-z0-9_]+$")
-# As upstream: C++20 for C++ sources (its extension target), nvcc's own default for CUDA ones.
-CXX_STD = 20
 # torch's nvcc flags as upstream gets them (find_package(Torch) and COMMON_NVCC_FLAGS without the
 # __CUDA_NO_HALF*/BFLOAT16 defines), for every CUDA source.
 CUDA_COMMON_FLAGS = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8")
@@ -120,6 +118,21 @@ def cmake_arch(cap: str) -> str:
     return num if ptx else f"{num}-real"
 
 
+def unit_cmake_archs(unit: CompileUnit) -> list[str]:
+    """CUDA_ARCHITECTURES of a unit: SASS (and PTX) per capability, or PTX alone (no ptxas) for
+    a kernel a local build cannot run."""
+    if unit.ptx_only:
+        return [unit.ptx_only.replace(".", "") + "-virtual"]
+    return [cmake_arch(c) for c in unit.archs]
+
+
+def cxx_standard(plan: VariantPlan) -> int:
+    """As upstream (its extension target): C++17 for C++ sources with a torch older than 2.12,
+    C++20 from 2.12 on; CUDA sources keep nvcc's own default."""
+    release = plan.torch.torch_release
+    return 17 if (release.major, release.minor) < (2, 12) else 20
+
+
 def torch_libs(plan: VariantPlan) -> list[str]:
     lib = Path(plan.torch.lib_dir)
     names = ["c10", "torch", "torch_cpu"] + (["c10_cuda", "torch_cuda"]
@@ -158,6 +171,7 @@ class CompileUnit:
     cuda_flags: list[str] = field(default_factory=list)
     archs: list[str] = field(default_factory=list)
     uses_torch: bool = False
+    ptx_only: str | None = None  # a local build's kernel it cannot run: this capability's PTX
 
 
 def _merged(lists) -> list[str]:
@@ -180,7 +194,7 @@ def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[Com
         files = [project / s for s in kernel.src if len(owners.get(project / s, [name])) == 1]
         units.append(CompileUnit(name, [name], files, includes[name], list(kernel.cxx_flags),
                                  list(kernel.cuda_flags), plan.kernel_archs.get(name, []),
-                                 "torch" in kernel.depends))
+                                 "torch" in kernel.depends, plan.link_only.get(name)))
     shared: dict[tuple[str, ...], list[Path]] = {}
     for f, names in owners.items():
         if len(names) > 1:
@@ -193,8 +207,11 @@ def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[Com
         units.append(CompileUnit("+".join(names), list(names), files + list(dict.fromkeys(headers)),
                                  _merged(includes[n] for n in names),
                                  _merged(k.cxx_flags for k in ks), _merged(k.cuda_flags for k in ks),
-                                 archs, any("torch" in k.depends for k in ks)))
-    return units
+                                 archs, any("torch" in k.depends for k in ks),
+                                 # compiled for the kernels that run, if any does
+                                 None if archs else plan.link_only.get(names[0])))
+    # A kernel whose files are all headers (or all shared) compiles nothing of its own.
+    return [u for u in units if any(f.suffix in COMPILED_SUFFIXES for f in u.files)]
 
 
 def plan_cmake(plan: VariantPlan) -> str:
@@ -212,7 +229,7 @@ def plan_cmake(plan: VariantPlan) -> str:
     v.set("KB_PROJECT_DIR", str(project))
     v.set("KB_PREFIX_MAP_DIRS", [torch.site_packages] + toolkit + dep_dirs)
     v.set("KB_TOOLKIT_DIRS", toolkit + dep_dirs)
-    v.set("KB_CXX_STD", str(CXX_STD))
+    v.set("KB_CXX_STD", str(cxx_standard(plan)))
     v.set("KB_TORCH_INCLUDES", torch_includes)
     v.set("KB_PYTHON_INCLUDE", torch.python_include)
     v.set("KB_TORCH_LIBS", torch_libs(plan))
@@ -246,7 +263,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         v.set(p + "EXTENSION_NAME", "ON" if mentions_extension_name(unit.files) else "OFF")
         v.set(p + "CXX_FLAGS", unit.cxx_flags, f"{k}.cxx-flags")
         v.set(p + "CUDA_FLAGS", unit.cuda_flags, f"{k}.cuda-flags")
-        v.set(p + "ARCHS", [cmake_arch(c) for c in unit.archs], f"{k}.cuda-capabilities")
+        v.set(p + "ARCHS", unit_cmake_archs(unit), f"{k}.cuda-capabilities")
     return template("plan.cmake.in").replace("@VARIANT@", plan.name).replace("@BODY@", "\n".join(v.lines))
 
 

@@ -148,9 +148,12 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     if on_step:
         on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
     torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
-    return [plan_variant(project, manifest, torch, b, toolkit=toolkit,
-                         local_capabilities=local_capabilities)
-            for b in backends or default_backends(manifest, torch)]
+    planned = [plan_variant(project, manifest, torch, b, toolkit=toolkit,
+                            local_capabilities=local_capabilities)
+               for b in backends or default_backends(manifest, torch)]
+    for line in (n for p in planned for n in p.capability_notes):
+        (warn or (lambda _: None))(line)  # kernels a build narrowed or compiles only to link
+    return planned
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,

@@ -17,9 +17,12 @@ from . import frameworks
 from .toolchain import CudaToolkit, Toolkit, find_cuda
 from .torch_install import TorchInstall
 
-# Default capabilities by toolkit (kernel-builder's lists).
+# Default capabilities by toolkit (kernel-builder's lists; 10.3 and 12.1 from CUDA 12.9 on).
 DEFAULT_CAPS = [
-    (Version("13.0"), ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX"]),
+    (Version("13.0"), ["7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0",
+                       "12.1+PTX"]),
+    (Version("12.9"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1",
+                       "10.3", "12.0", "12.1+PTX"]),
     (Version("12.8"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1",
                        "12.0+PTX"]),
     (Version("0"), ["7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX"]),
@@ -55,6 +58,10 @@ class VariantPlan:
     cuda: CudaToolkit | None = None
     kernel_archs: dict[str, list[str]] = field(default_factory=dict)
     local_capabilities: tuple[str, ...] | None = None  # a build for this machine's GPU only
+    # Kernels of a local build that its capabilities cannot run, compiled only so the binding
+    # links: name → the one capability whose PTX alone is emitted (not claimed in metadata).
+    link_only: dict[str, str] = field(default_factory=dict)
+    capability_notes: tuple[str, ...] = ()  # one line per kernel whose capabilities were cut
 
     @property
     def name(self) -> str:
@@ -190,40 +197,100 @@ def loose_intersection(wanted: list[str], targets: list[str]) -> list[str]:
 def capability_targets(cuda: CudaToolkit, local: list[str] | None) -> tuple[list[str], list[str]]:
     """(target archs for the intersection, archs of kernels that declare none): the toolkit's
     defaults, or only the local GPU's capabilities for a local build."""
-    if local:
-        return [_base(c) for c in local], list(local)
+    if local:  # a GPU of capability 9.0 is the target of a `9.0a` kernel too
+        return [_base(c).rstrip("af") for c in local], list(local)
     defaults = default_capabilities(cuda.version)
     return [_base(c) for c in defaults], defaults
 
 
-def cuda_archs(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
-               local: list[str] | None = None) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class CudaTargets:
+    """What each CUDA kernel of a variant is compiled for."""
+    archs: dict[str, list[str]]       # kernel → capabilities its code runs on
+    link_only: dict[str, str]         # kernel → capability of the PTX a local build emits
+    notes: tuple[str, ...]            # one line per kernel whose capabilities were cut
+
+
+def _nvcc_has(cap: str, supported: set[str]) -> bool:
+    """Whether nvcc (its `supported_archs`) compiles for `cap` (`9.0a`: where it has 9.0)."""
+    return _base(cap) in supported or _base(cap).rstrip("af") in supported
+
+
+def _dropped_reason(cap: str, targets: list[str], nvcc: Version, supported: set[str]) -> str:
+    """Why the intersection left out a declared capability."""
+    base, v = _base(cap), _cap_version(cap)
+    if not _nvcc_has(cap, supported):
+        return f"nvcc {nvcc} cannot compile it"
+    if base[-1] in "af":
+        return f"{base[:-1]} is not one of the targets"
+    if cap.endswith("+PTX"):
+        return "no target at or above it"
+    if not any(_cap_version(t).major == v.major and _cap_version(t) >= v for t in targets):
+        return f"no target of major {v.major} at or above it"
+    return f"its targets take a higher capability of major {v.major}"
+
+
+def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
+                 local: list[str] | None = None) -> CudaTargets:
+    """Each CUDA kernel's capabilities: its declared ones intersected with the targets as
+    upstream does (`loose_intersection`), the targets' defaults for a kernel declaring none.
+    A release build refuses a kernel left with none and names what was dropped. A local build
+    compiles a kernel its capabilities cannot run as PTX for one declared capability, so that
+    the binding, which may call into every kernel, still links; it refuses only when no kernel
+    is left to run."""
     supported = set(cuda.supported_archs)
     targets, fallback = capability_targets(cuda, local)
     for cap in local or []:
-        if _base(cap) not in supported and _base(cap).rstrip("af") not in supported:
+        if not _nvcc_has(cap, supported):
             raise BuildError(f"nvcc {cuda.version} cannot compile for capability {cap}",
                              hint="pass --cuda-capabilities with capabilities this toolkit supports: "
                                   + ", ".join(sorted(supported, key=lambda s: Version(s.rstrip("af")))))
-    result = {}
+    where = (f"this build's capabilities ({', '.join(local)})" if local else
+             f"nvcc {cuda.version}'s targets ({', '.join(targets)})")
+    archs: dict[str, list[str]] = {}
+    link_only: dict[str, str] = {}
+    notes: list[str] = []
     for name, kernel in kernels.items():
         if kernel.backend != Backend.CUDA:
             continue
-        if not kernel.cuda_capabilities:
-            result[name] = list(fallback)
+        declared = list(kernel.cuda_capabilities or [])
+        if not declared:
+            archs[name] = list(fallback)
             continue
-        kept = [c for c in loose_intersection(list(kernel.cuda_capabilities), targets)
-                if _base(c).rstrip("af") in supported or _base(c) in supported]
-        if not kept:
-            what = (f"this build's capabilities ({', '.join(local)})" if local else
-                    f"nvcc {cuda.version}'s targets ({', '.join(targets)})")
-            raise BuildError(
-                f"none of the capabilities {list(kernel.cuda_capabilities)} matches {what}",
-                file=project / MANIFEST, key=f"kernel.{name}.cuda-capabilities",
-                hint="list a capability of the same major at or below one of those targets"
-                     + (", or build without --cuda-capabilities" if local else ""))
-        result[name] = kept
-    return result
+        kept = [c for c in loose_intersection(declared, targets) if _nvcc_has(c, supported)]
+        key = f"kernel.{name}.cuda-capabilities"
+        if kept:
+            archs[name] = kept
+            dropped = [c for c in declared if _base(c) not in {_base(k) for k in kept}]
+            if dropped and not local:
+                notes.append(f"kernel {name}: " + "; ".join(
+                    f"{c} dropped: {_dropped_reason(c, targets, cuda.version, supported)}"
+                    for c in dropped))
+            continue
+        if not local:
+            raise BuildError(f"none of the capabilities {declared} matches {where}",
+                             file=project / MANIFEST, key=key,
+                             hint="list a capability of the same major at or below one of those "
+                                  "targets, or bound the kernel with cuda-minver")
+        compilable = sorted((c for c in declared if _nvcc_has(c, supported)), key=_cap_version)
+        if not compilable:
+            raise BuildError(f"nvcc {cuda.version} can compile none of the capabilities "
+                             f"{declared}, and the binding may call into this kernel",
+                             file=project / MANIFEST, key=key,
+                             hint="bound the kernel with cuda-minver/cuda-maxver, or build with "
+                                  "a toolkit that supports them")
+        link_only[name] = _base(compilable[0])
+        notes.append(f"kernel {name}: not compiled for {', '.join(local)} (it declares "
+                     f"{', '.join(declared)}); PTX for {link_only[name]} only, so that the "
+                     "binding links")
+    if local and link_only and not archs:
+        listing = "; ".join(f"{n}: {', '.join(kernels[n].cuda_capabilities)}" for n in link_only)
+        raise BuildError(f"no kernel runs on {', '.join(local)} ({listing})",
+                         file=project / MANIFEST,
+                         key=f"kernel.{next(iter(link_only))}.cuda-capabilities",
+                         hint="build for a GPU these kernels were written for, or without "
+                              "--cuda-capabilities")
+    return CudaTargets(archs, link_only, tuple(notes))
 
 
 def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend: Backend, *,
@@ -239,20 +306,21 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
         _check_bounds(torch.torch_release, manifest.torch.minver, manifest.torch.maxver,
                       what="torch", key="torch", project=project)
     cuda = None
-    kernel_archs: dict[str, list[str]] = {}
+    targets = CudaTargets({}, {}, ())
     if backend == Backend.CUDA:
         cuda = find_cuda(torch, toolkit)
         _check_bounds(cuda.version, manifest.general.cuda.minver, manifest.general.cuda.maxver,
                       what="CUDA", key="general.cuda", project=project)
     kernels = variant_kernels(manifest, backend, cuda.version if cuda else None)
     if cuda:
-        kernel_archs = cuda_archs(kernels, cuda, project, local_capabilities)
+        targets = cuda_targets(kernels, cuda, project, local_capabilities)
     variant = variant_of(torch, backend, cuda.version if cuda else None)
     uid, git = build_uid(project, input_files(project, manifest))
     plan = VariantPlan(project=project, manifest=manifest, variant=variant, torch=torch, uid=uid,
-                       git=git, kernels=kernels, cuda=cuda, kernel_archs=kernel_archs,
+                       git=git, kernels=kernels, cuda=cuda, kernel_archs=targets.archs,
                        local_capabilities=tuple(local_capabilities) if cuda and local_capabilities
-                       else None)
+                       else None, link_only=targets.link_only,
+                       capability_notes=targets.notes)
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 

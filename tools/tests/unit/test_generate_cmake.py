@@ -99,7 +99,7 @@ def test_extension_name_is_the_build_id_for_the_binding_and_kernels_that_name_it
     assert got["KB_KERNEL_plain_EXTENSION_NAME"] == ["OFF"]
     assert got["KB_KERNEL_named_EXTENSION_NAME"] == ["ON"]
     assert got["KB_KERNEL_named_CXX_SOURCES"] == [str(project.resolve() / "csrc/named.cpp")]
-    assert got["KB_CXX_STD"] == ["20"]  # C++20 for every C++ source, as upstream
+    assert got["KB_CXX_STD"] == ["20"]  # C++20 with torch 2.13, as upstream
     cmakelists = generate.template("CMakeLists.txt")
     assert 'COMPILE_DEFINITIONS "TORCH_EXTENSION_NAME=${KB_ID}"' in cmakelists
     assert "kb_extension" not in cmakelists and "-fno-gnu-unique" in cmakelists
@@ -195,3 +195,47 @@ def test_a_cuda_build_from_a_folder_with_shell_characters_is_refused(tmp_path):
         generate.plan_cmake(cuda_plan_of(project))
     assert e.value.key is None and "folder" in e.value.hint
     generate.plan_cmake(plan_of(project))  # its CPU variant is fine: g++ gets quoted arguments
+
+
+@pytest.mark.parametrize("torch, std", [("2.9.1", 17), ("2.11.0", 17), ("2.12.0", 20),
+                                        ("2.14.1", 20)])
+def test_cxx_standard_follows_torch_as_upstream(tmp_path, torch, std):
+    """Upstream: C++17 for C++ sources with a torch older than 2.12, C++20 from 2.12 on."""
+    import dataclasses
+    project = make_probe_project(tmp_path / "p", kernels={"k": cpu_kernel(["csrc/k.cpp"])},
+                                 files={"csrc/k.cpp": ""})
+    plan = plan_of(project)
+    plan = dataclasses.replace(plan, torch=dataclasses.replace(plan.torch, torch_version=torch))
+    got = read_back(generate.plan_cmake(plan), tmp_path, ["KB_CXX_STD"])
+    assert got["KB_CXX_STD"] == [str(std)]
+
+
+def test_a_kernel_a_local_build_cannot_run_is_compiled_as_ptx_only(tmp_path):
+    """Its own sources get PTX for one capability (no ptxas); a source it shares with a kernel
+    that runs is compiled for that kernel's capabilities only."""
+    import dataclasses
+    unit = generate.CompileUnit("k", ["k"], [], archs=[], ptx_only="10.0f")
+    assert generate.unit_cmake_archs(unit) == ["100f-virtual"]
+    runs = generate.CompileUnit("h", ["h"], [], archs=["9.0a", "8.0+PTX"])
+    assert generate.unit_cmake_archs(runs) == ["90a-real", "80"]
+    project = make_probe_project(tmp_path / "p", files={"csrc/api.cpp": "", "csrc/a.cpp": "",
+                                                         "csrc/b.cpp": ""}, kernels={
+        "hopper": cpu_kernel(["csrc/api.cpp", "csrc/a.cpp"]),
+        "blackwell": cpu_kernel(["csrc/api.cpp", "csrc/b.cpp"])})
+    plan = dataclasses.replace(plan_of(project), kernel_archs={"hopper": ["9.0a"]},
+                               link_only={"blackwell": "10.0f"})
+    units = {u.name: u for u in generate.compile_units(plan, {"hopper": [], "blackwell": []})}
+    assert (units["hopper"].archs, units["hopper"].ptx_only) == (["9.0a"], None)
+    assert (units["blackwell"].archs, units["blackwell"].ptx_only) == ([], "10.0f")
+    shared = units["hopper+blackwell"]
+    assert (shared.archs, shared.ptx_only) == (["9.0a"], None)
+
+
+def test_a_kernel_of_headers_only_makes_no_unit(tmp_path):
+    """sage-attention's `_qattn` lists one header: no object library without sources (CMake
+    cannot link one)."""
+    project = make_probe_project(tmp_path / "p", files={"csrc/k.cpp": "", "csrc/d.h": ""},
+                                 kernels={"k": cpu_kernel(["csrc/k.cpp"]),
+                                          "headers": cpu_kernel(["csrc/d.h"])})
+    units = generate.compile_units(plan_of(project), {"k": [], "headers": []})
+    assert [u.name for u in units] == ["k"]

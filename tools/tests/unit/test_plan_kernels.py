@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from kbuild.stages import plan
 from kbuild.core import manifest
@@ -151,11 +152,107 @@ def test_a_local_build_compiles_only_the_given_capabilities(tmp_path, monkeypatc
     body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-capabilities = ["8.0", "9.0"]\n') \
         + kernel("d", "cuda", "csrc/d.cu")
     root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu", "csrc/d.cu"))
-    monkeypatch.setattr(plan, "find_cuda", lambda torch, *a, **k: fake_toolkit("13.0", ARCHS_130))
-    p = plan.plan_variant(root, manifest.load(root), fake_torch("2.13.0", cuda="13.0"), "cuda",
-                          local_capabilities=["9.0"])
+    p = local_plan(root, monkeypatch, ["9.0"])
     assert p.kernel_archs == {"k": ["9.0"], "d": ["9.0"]} and p.local_capabilities == ("9.0",)
+    assert p.link_only == {} and p.capability_notes == ()
+    # 7.5 runs `d` (no capabilities declared); `k` is compiled as PTX so the binding links
+    p = local_plan(root, monkeypatch, ["7.5"])
+    assert p.kernel_archs == {"d": ["7.5"]} and p.link_only == {"k": "8.0"}
+    assert p.archs == ["7.5"]  # metadata claims what the GPU runs
+
+
+def local_plan(root: Path, monkeypatch, local: list[str], toolkit: str = "13.0",
+               archs: list[str] = ARCHS_130) -> plan.VariantPlan:
+    monkeypatch.setattr(plan, "find_cuda", lambda torch, *a, **k: fake_toolkit(toolkit, archs))
+    return plan.plan_variant(root, manifest.load(root), fake_torch("2.14.1", cuda=toolkit), "cuda",
+                             local_capabilities=local)
+
+
+# flash-mla's pattern: a Hopper and a Blackwell kernel sharing their host dispatch.
+HOPPER_BLACKWELL = TORCH + kernel("fmla_sm90", "cuda", "csrc/api.cu", "csrc/sm90.cu",
+                                  extra='cuda-capabilities = ["9.0a"]\n') \
+    + kernel("fmla_sm100", "cuda", "csrc/api.cu", "csrc/sm100.cu",
+             extra='cuda-capabilities = ["10.0f"]\n')
+HOPPER_BLACKWELL_FILES = BINDING + ("csrc/api.cu", "csrc/sm90.cu", "csrc/sm100.cu")
+
+
+def test_a_local_build_keeps_the_kernels_its_gpu_runs(tmp_path, monkeypatch):
+    """A Hopper build compiles the Hopper kernel for 9.0a, the Blackwell kernel as PTX only
+    (so the binding links), and says so in one line; metadata claims 9.0a alone."""
+    root = make_project(tmp_path, HOPPER_BLACKWELL, files=HOPPER_BLACKWELL_FILES)
+    p = local_plan(root, monkeypatch, ["9.0"])
+    assert p.kernel_archs == {"fmla_sm90": ["9.0a"]} and p.link_only == {"fmla_sm100": "10.0f"}
+    assert p.archs == ["9.0a"] and set(p.kernels) == {"fmla_sm90", "fmla_sm100"}
+    (line,) = p.capability_notes
+    assert line == ("kernel fmla_sm100: not compiled for 9.0 (it declares 10.0f); PTX for 10.0f "
+                    "only, so that the binding links")
+    assert local_plan(root, monkeypatch, ["9.0a"]).kernel_archs == {"fmla_sm90": ["9.0a"]}
+    blackwell = local_plan(root, monkeypatch, ["10.0"])  # and the other way round
+    assert blackwell.kernel_archs == {"fmla_sm100": ["10.0f"]}
+    assert blackwell.link_only == {"fmla_sm90": "9.0a"}
+
+
+def test_a_local_build_with_no_kernel_for_its_gpu_is_refused(tmp_path, monkeypatch):
+    """msa's and nvfp4-gemm's pattern: every kernel is for sm100/sm120."""
+    body = TORCH + kernel("a", "cuda", "csrc/a.cu", extra='cuda-capabilities = ["10.0a"]\n') \
+        + kernel("b", "cuda", "csrc/b.cu", extra='cuda-capabilities = ["12.0f"]\n')
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/a.cu", "csrc/b.cu"))
     with pytest.raises(BuildError) as info:
-        plan.plan_variant(root, manifest.load(root), fake_torch("2.13.0", cuda="13.0"), "cuda",
-                          local_capabilities=["7.5"])
-    assert info.value.key == "kernel.k.cuda-capabilities"
+        local_plan(root, monkeypatch, ["9.0"], archs=ARCHS_130 + ["12.0f"])
+    assert info.value.message.startswith("no kernel runs on 9.0 (a: 10.0a; b: 12.0f)")
+    assert info.value.key == "kernel.a.cuda-capabilities" and "\n" not in info.value.message
+
+
+def test_a_local_build_needs_a_compilable_capability_for_each_kernel(tmp_path, monkeypatch):
+    body = HOPPER_BLACKWELL.replace('"10.0f"', '"10.1a"')  # nvcc 13 has no sm_101
+    root = make_project(tmp_path, body, files=HOPPER_BLACKWELL_FILES)
+    with pytest.raises(BuildError) as info:
+        local_plan(root, monkeypatch, ["9.0"])
+    assert info.value.key == "kernel.fmla_sm100.cuda-capabilities"
+    assert "cuda-minver" in info.value.hint
+
+
+def test_a_release_build_names_the_capabilities_it_drops(tmp_path, monkeypatch):
+    """As upstream, unmatched capabilities are dropped; the build says which and why."""
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu",
+                          extra='cuda-capabilities = ["7.0", "8.0", "8.9", "10.1a", "11.8"]\n')
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu",))
+    p = cuda_plan(root, monkeypatch, "13.0", ARCHS_130)
+    assert p.kernel_archs == {"k": ["8.0", "8.9"]} and p.link_only == {}
+    assert p.capability_notes == ("kernel k: 7.0 dropped: nvcc 13.0 cannot compile it; 10.1a "
+                                  "dropped: nvcc 13.0 cannot compile it; 11.8 dropped: nvcc 13.0 "
+                                  "cannot compile it",)
+    # what a toolkit compiles but its targets do not reach
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu",
+                          extra='cuda-capabilities = ["8.0", "8.6", "10.3a", "12.1"]\n')
+    (root / "build.toml").write_text(make_project(tmp_path / "b", body).joinpath(
+        "build.toml").read_text())
+    p = cuda_plan(root, monkeypatch, "12.8", ARCHS_130 + ["10.3", "10.3a"])
+    assert p.kernel_archs == {"k": ["8.0", "8.6"]}
+    assert p.capability_notes == ("kernel k: 10.3a dropped: 10.3 is not one of the targets; "
+                                  "12.1 dropped: no target of major 12 at or above it",)
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-capabilities = ["8.0", "8.6"]\n')
+    (root / "build.toml").write_text(make_project(tmp_path / "c", body).joinpath(
+        "build.toml").read_text())
+    assert cuda_plan(root, monkeypatch, "13.0", ARCHS_130).capability_notes == ()
+
+
+def test_a_release_build_keeps_10_3_and_12_1(tmp_path, monkeypatch):
+    """Upstream's defaults from CUDA 12.9 on list 10.3 and 12.1: a kernel listing 10.3a keeps it."""
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-capabilities = ["10.3a", "12.1"]\n')
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu",))
+    archs = ARCHS_130 + ["10.3", "10.3a"]
+    p = cuda_plan(root, monkeypatch, "13.0", archs)
+    assert p.kernel_archs == {"k": ["10.3a", "12.1"]} and p.capability_notes == ()
+    assert "10.3" in plan.default_capabilities(Version("12.9"))
+    assert plan.default_capabilities(Version("12.9"))[-1] == "12.1+PTX"
+    assert "10.3" not in plan.default_capabilities(Version("12.8"))
+
+
+def test_a_release_build_refuses_a_kernel_left_with_no_capability(tmp_path, monkeypatch):
+    """Upstream errors on an empty intersection (authors bound such kernels with cuda-minver)."""
+    body = TORCH + kernel("k", "cuda", "csrc/k.cu", extra='cuda-capabilities = ["10.0a"]\n')
+    root = make_project(tmp_path, body, files=BINDING + ("csrc/k.cu",))
+    with pytest.raises(BuildError) as info:
+        cuda_plan(root, monkeypatch, "12.6", ARCHS_126)
+    assert info.value.key == "kernel.k.cuda-capabilities" and "cuda-minver" in info.value.hint

@@ -27,6 +27,7 @@ from .forms import (BACKENDS, CAPABILITY_RE, COMPILED_SUFFIXES, KERNEL_DEPENDS, 
 from .model import (CudaGeneral, General, Hub, Kernel, KernelDependency, Manifest, NeuronGeneral,
                     Torch, TorchNoarch, TpuGeneral, TvmFfi, XpuGeneral)
 from .paths import check_paths, inside, resolve_source
+from .upstream import differences as upstream_differences
 
 __all__ = ["BACKENDS", "CAPABILITY_RE", "COMPILED_SUFFIXES", "KERNEL_DEPENDS", "NAME_RE",
            "PYTHON_DEPENDS", "CudaGeneral", "General", "Hub", "Kernel", "KernelDependency",
@@ -176,4 +177,6 @@ def load(project: Path, *, warn=None) -> Manifest:
              "run `kbuild update-build` to rewrite it")
     manifest = validate(upgraded, path)
     check_paths(manifest, project, path)
+    for line in upstream_differences(manifest, path) if warn else ():
+        warn(line)
     return manifest

@@ -283,7 +283,8 @@ class Kernel(Model):
                                          "of the variant. Default: no bound.")
     cuda_maxver: Version2 | None = Field(None, description="cuda: newest CUDA toolkit (major.minor, "
                                          "inclusive); with newer toolkits the kernel is left out "
-                                         "of the variant. Default: no bound.")
+                                         "of the variant. Default: no bound. This builder's own: "
+                                         "upstream rejects it (warned).")
     rocm_archs: list[RocmArch] | None = Field(None, description="rocm: architectures to compile "
                                               "for (\"gfx942\"). Default: the toolkit's list.")
     hip_flags: list[Flag] = Field([], description="rocm: extra hipcc flags. Default: none.")
