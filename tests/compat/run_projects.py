@@ -67,6 +67,7 @@ class Result:
     skipped: int = 0
     missing_deps: list[str] = field(default_factory=list)
     failed_tests: list[str] = field(default_factory=list)
+    scripts: list[dict] = field(default_factory=list)
     check: str = ""
     expected: str = ""
     verdict: str = ""
@@ -189,6 +190,46 @@ def run_tests(project: Path, res: Result, args, work: Path, log: Path, paths: li
         res.tests = "no-tests" if not missing else "missing-deps"
 
 
+def run_scripts(project: Path, res: Result, args, work: Path, log: Path, want: dict) -> None:
+    """Test scripts run as their authors run them (`python tests/x.py`, in their folder), each
+    case announced by a line matching `script-case`. A script that ends 0 passed all its cases;
+    one stopped at its share of the time limit passed the cases it finished (the one running is
+    not counted); any other exit failed at the case it was running."""
+    scripts = want["test-scripts"]
+    case = re.compile(want.get("script-case", r"^Running on"), re.M)
+    failure = re.compile(want["script-failure"]) if want.get("script-failure") else None
+    env = test_env(project, res.variant, work)
+    for i, script in enumerate(scripts):
+        path = project / script
+        share = limit(args.test_timeout) / (len(scripts) - i)
+        script_log = work / f"{project.name}.{path.stem}.log"
+        script_log.write_text("")
+        start = time.monotonic()
+        code = run([sys.executable, path.name], script_log, cwd=path.parent, env=env, timeout=share)
+        text = script_log.read_text(errors="replace")
+        with log.open("a") as f:
+            f.write(text)
+        cases = len(case.findall(text))
+        row = {"script": script, "seconds": round(time.monotonic() - start, 1), "cases": cases}
+        missing = MISSING_MODULE.search(text)
+        mismatches = [ln.strip() for ln in text.splitlines() if failure and failure.search(ln)]
+        if mismatches:
+            row["outcome"], res.failed = "failed", res.failed + len(mismatches)
+            res.failed_tests += [f"{script}: {m}" for m in mismatches[:5]]
+        elif code == 0:
+            row["outcome"], res.passed = "passed", res.passed + cases
+        elif code == 124:
+            row["outcome"], res.passed = "partial", res.passed + max(0, cases - 1)
+        elif missing and missing.group(1).split(".")[0] not in (project.name.replace("-", "_"),):
+            row["outcome"] = "missing-deps"
+            res.missing_deps = sorted({*res.missing_deps, missing.group(1).split(".")[0]})
+        else:
+            row["outcome"], res.passed, res.failed = "failed", res.passed + max(0, cases - 1), res.failed + 1
+            failing = [ln for ln in text.splitlines() if case.search(ln)]
+            res.failed_tests.append(f"{script}: {failing[-1].strip() if failing else f'exit {code}'}")
+        res.scripts.append(row)
+
+
 def check(project: Path, res: Result, args, log: Path) -> None:
     # An --env build is another torch than this interpreter's: checked statically (no load).
     cmd = [sys.executable, "-m", "kbuild", "check", str(project)] + (["--no-load"] if args.env else [])
@@ -304,10 +345,17 @@ def main() -> int:
         # CUDA build only where there is a GPU.
         if res.build == "built" and not args.no_tests and not args.env \
                 and (gpu or "-cpu-" in res.variant) and in_time(res):
-            paths = expected_for(res.project, table).get("test-paths", [])
-            run_tests(work / res.project, res, args, work, work / f"{res.project}.log", paths)
-            if paths:
-                res.detail = res.detail or f"tests run: {' '.join(paths)}"
+            want = expected_for(res.project, table)
+            paths = want.get("test-paths", [])
+            if paths or not want.get("test-scripts"):
+                run_tests(work / res.project, res, args, work, work / f"{res.project}.log", paths)
+            if want.get("test-scripts"):
+                run_scripts(work / res.project, res, args, work, work / f"{res.project}.log", want)
+                res.tests = ("failed" if res.failed or res.errors else
+                             "passed" if res.passed else "missing-deps" if res.missing_deps else "no-tests")
+            ran = [*paths, *(f"{s['script']} ({s['outcome']}, {s['cases']} cases)" for s in res.scripts)]
+            if ran:
+                res.detail = res.detail or f"tests run: {' '.join(ran)}"
         res.verdict = verdict(res, expected_for(res.project, table), res.tests != "not-run")
         return res
 
