@@ -98,6 +98,8 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
           ) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
+    from ..stages.compile import check_jobs
+    check_jobs(jobs)  # before an environment is realised
     if cutlass_substitute:  # read by stages/deps.py
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     if env:

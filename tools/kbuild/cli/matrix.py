@@ -63,7 +63,10 @@ def build_all(
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
     from ..matrix import buildall
+    from ..stages.compile import check_jobs
 
+    check_jobs(jobs)
+    check_jobs(compile_jobs, "--compile-jobs")
     if via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
     project = project.resolve()

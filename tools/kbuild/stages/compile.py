@@ -15,6 +15,8 @@ from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
 from . import configure_seed, pch
+from .generate import BUILD_FOLDER
+from .schedule import ninja_steps
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -60,23 +62,43 @@ def compiler_launcher() -> str | None:
 
 
 NVCC_THREADS_VAR = "KBUILD_NVCC_THREADS"
-GIB_PER_NVCC = 1.5  # memory one nvcc thread of a template-heavy kernel may take (GiB)
+NVCC_SPLIT_VAR = "KBUILD_NVCC_SPLIT"
+GIB_PER_NVCC = 1.5  # memory one nvcc thread (or split worker) of a template-heavy kernel may take (GiB)
+MAX_COUNT = 1024  # the largest thread or split count an override may ask for
+# nvcc's --split-compile for release builds (every declared capability): NVIDIA warns it may cost
+# kernel speed, so it stays off for them until the GPU measurement shows at most 3 % (see
+# docs/build-speed.md); local builds (--cuda-capabilities) split by default. One line to flip.
+SPLIT_RELEASE_BUILDS = False
+# When every nvcc of a build runs at once (no wave of them waiting), their split workers may add
+# up to this many per core: the units finish at different times, and the last ones then use the
+# cores the first ones left.
+SPLIT_OVERSUBSCRIBE = 2
+_OFF = ("off", "no", "false")
+
+
+def splits_by_default(plan: VariantPlan) -> bool:
+    """The split-compile policy: on for local builds (the GPU at hand, where only build time
+    matters), on for release builds only when SPLIT_RELEASE_BUILDS."""
+    return bool(getattr(plan, "local_capabilities", None)) or SPLIT_RELEASE_BUILDS
 
 
 @dataclass(frozen=True)
 class Split:
     """How a build uses the machine: Ninja jobs, of which at most `nvcc_jobs` are nvcc runs
-    (a Ninja pool) of `nvcc_threads` each (one per capability at most); C++ units such as the
-    binding take the other jobs while nvcc runs."""
+    (a Ninja pool) of `nvcc_threads` each (one per capability at most), each nvcc splitting its
+    device-code optimisation (cicc, ptxas) into `nvcc_split` parallel parts; C++ units such as
+    the binding take the other jobs while nvcc runs."""
     jobs: int
     nvcc_threads: int
     cores: int
     memory_gib: float
     cuda_files: int
     nvcc_jobs: int = 1
+    nvcc_split: int = 1
 
     def __str__(self) -> str:
         nvcc = (f", nvcc {self.nvcc_jobs} at a time × {self.nvcc_threads} threads"
+                + (f" × split {self.nvcc_split}" if self.nvcc_split > 1 else "")
                 if self.cuda_files else "")
         return (f"{self.jobs} jobs{nvcc} ({self.cores} cores, {self.memory_gib:.0f} GiB "
                 f"available)")
@@ -99,38 +121,68 @@ def _memory_gib() -> float:
     return 8.0
 
 
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name, "").strip()
+def _env_count(name: str, what: str, off: bool = False) -> int | None:
+    """$name as a count from 1 to MAX_COUNT (None when unset; 1 for off/no/false when `off`)."""
+    raw = os.environ.get(name, "")
+    value = raw.strip()
     if not value:
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise BuildError(f"{name}={value!r} is not a positive number", hint=f"unset {name} or set "
-                         "it to a number of threads, e.g. 4")
+    if off and value.lower() in _OFF:
+        return 1
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_COUNT:
+        raise BuildError(f"{name}={raw!r} is not a number from 1 to {MAX_COUNT}",
+                         hint=f"unset {name} or set it to a number of {what}, e.g. 4"
+                         + (" (1 or off: no split)" if off else ""))
     return int(value)
+
+
+def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
+    """A count of parallel jobs given on the command line is 1 or more (a large one is capped
+    by the memory where it is used)."""
+    if jobs is not None and jobs < 1:
+        raise BuildError(f"{option} {jobs} is not a positive number of parallel jobs",
+                         hint=f"give a number from 1 up, e.g. {option} 8, or leave it out: the "
+                              "build sizes it to the cores and memory")
 
 
 def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
           memory_gib: float | None = None) -> Split:
-    """Ninja jobs and nvcc threads for `plan`: with fewer CUDA files than cores, each nvcc
-    compiles its capabilities in parallel (`--threads`), so a ten-capability kernel uses ten
-    cores; nvcc runs × threads stays within the cores and the memory, and the other jobs (up
-    to one per core) compile C++ beside them. `jobs` (--jobs) and $KBUILD_NVCC_THREADS
-    override."""
+    """Ninja jobs, nvcc threads and nvcc's split for `plan`: with fewer CUDA files than cores,
+    each nvcc compiles its capabilities in parallel (`--threads`), so a ten-capability kernel
+    uses ten cores, and splits its device-code optimisation over the cores still spare
+    (`--split-compile`, where `splits_by_default`); nvcc runs × threads × split stays within
+    the cores (twice them when all nvcc runs start at once) and the memory, and the other jobs
+    (up to one per core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
+    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT override."""
+    check_jobs(jobs)
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
+    by_memory = max(1, int(memory / GIB_PER_NVCC))
     units = [(len([s for s in k.src if s.endswith(".cu")]), len(plan.kernel_archs.get(n, [])))
              for n, k in plan.kernels.items() if k.backend == Backend.CUDA]
     cuda_files = sum(n for n, _ in units)
     archs = max((a for n, a in units if n), default=1)
-    threads = _env_int(NVCC_THREADS_VAR)
-    if threads is None:
-        threads = max(1, min(archs, cores // max(1, min(cuda_files, cores)))) if cuda_files else 1
-    nvcc_jobs = max(1, -(-cores // threads))
-    if cuda_files:
-        nvcc_jobs = max(1, min(nvcc_jobs, cuda_files, int(memory / (GIB_PER_NVCC * threads))))
-    if jobs is None:
-        jobs = max(nvcc_jobs, min(cores, int(memory / GIB_PER_NVCC) or 1))
-    return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs))
+    threads, nvcc_split, nvcc_jobs = 1, 1, 1
+    if cuda_files:  # a CPU build never reads the nvcc settings
+        threads = _env_count(NVCC_THREADS_VAR, "threads") or max(
+            1, min(archs, cores // max(1, min(cuda_files, cores))))
+        nvcc_jobs = max(1, min(-(-cores // threads), cuda_files,
+                               int(memory / (GIB_PER_NVCC * threads))))
+        budget = min(cores, jobs) if jobs is not None else cores  # --jobs bounds the split too
+        nvcc_split = _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True) or (
+            _default_split(budget, threads, nvcc_jobs, cuda_files) if splits_by_default(plan) else 1)
+        nvcc_split = max(1, min(nvcc_split, int(memory / (GIB_PER_NVCC * threads * nvcc_jobs))))
+    jobs = min(jobs, by_memory) if jobs is not None else max(nvcc_jobs, min(cores, by_memory))
+    return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)
+
+
+def _default_split(cores: int, threads: int, nvcc_jobs: int, cuda_files: int) -> int:
+    """The cores left to each nvcc run: cores / (runs × threads), twice that (at most all the
+    cores) when every CUDA file runs at once."""
+    spare = cores // (threads * nvcc_jobs)
+    if spare <= 1 or cuda_files > nvcc_jobs:
+        return max(1, spare)
+    return min(cores // threads, spare * SPLIT_OVERSUBSCRIBE)
 
 
 def configure_args(plan: VariantPlan, src: Path, build: Path,
@@ -149,6 +201,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
         how = split(plan, jobs)
         args += [f"-DKB_NVCC_THREADS={how.nvcc_threads}", f"-DKB_NVCC_JOBS={how.nvcc_jobs}",
+                 f"-DKB_NVCC_SPLIT={how.nvcc_split}",
                  f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
                  "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
@@ -201,22 +254,6 @@ class Compiled:
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
-
-
-def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
-    """The steps Ninja logged after byte `since` of .ninja_log, as (output, seconds)."""
-    log = build / ".ninja_log"
-    if not log.is_file():
-        return []
-    with log.open("rb") as f:
-        f.seek(since)
-        lines = f.read().decode("utf-8", "replace").splitlines()
-    steps = {}
-    for line in lines:
-        parts = line.split("\t")
-        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
-            steps[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000
-    return sorted(steps.items(), key=lambda kv: -kv[1])
 
 
 def is_ccache(launcher: str | None) -> bool:
@@ -282,7 +319,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
         progress(name, "")
         return lambda line: progress(name, line)
 
-    build = src / "cmake-build"
+    build = src / BUILD_FOLDER
     log = src / "build.log"
     log.write_text("")
     launcher = compiler_launcher()
