@@ -7,14 +7,14 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
-from . import configure_seed, pch
+from . import configure_seed, dist, pch
 from .generate import BUILD_FOLDER
 from .schedule import ninja_steps
 from .plan import VariantPlan
@@ -53,11 +53,13 @@ def compiler_launcher() -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
-    per-capability device steps are shared between torch versions."""
+    per-capability device steps are shared between torch versions. sccache first when a
+    scheduler of distributed compiles is configured (stages/dist.py)."""
     choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
     if choice == "none":
         return None
-    candidates = [choice] if choice != "auto" else ["ccache", "sccache"]
+    candidates = ([choice] if choice != "auto" else
+                  ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"])
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
@@ -227,19 +229,20 @@ class CacheCounts:
         return f"compiler cache ({self.tool}): {self.hits} hits, {self.misses} misses"
 
 
-def cache_counts(launcher: str | None) -> CacheCounts | None:
-    """The cache's hit and miss counters now (sccache or ccache), or None."""
+def cache_counts(launcher: str | None, env: dict[str, str] | None = None) -> CacheCounts | None:
+    """The cache's hit and miss counters now (sccache or ccache), or None; `env`: the build's
+    (which sccache server)."""
     if not launcher:
         return None
     name = Path(launcher).name
     try:
         if "sccache" in name:
-            proc = capture([launcher, "--show-stats", "--stats-format", "json"], timeout=60)
+            proc = capture([launcher, "--show-stats", "--stats-format", "json"], timeout=60, env=env)
             stats = json.loads(proc.stdout)["stats"]
             return CacheCounts("sccache", sum(stats["cache_hits"]["counts"].values()),
                                sum(stats["cache_misses"]["counts"].values()))
         if "ccache" in name:
-            proc = capture([launcher, "--print-stats"], timeout=60)
+            proc = capture([launcher, "--print-stats"], timeout=60, env=env)
             counts = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
             hits = sum(int(counts.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
             return CacheCounts("ccache", hits, int(counts.get("cache_miss", 0)))
@@ -254,6 +257,7 @@ class Compiled:
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
+    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
 
 
 def is_ccache(launcher: str | None) -> bool:
@@ -312,7 +316,19 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
 
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
                     progress: Progress | None = None) -> Compiled:
-    """Configures (once) and builds; returns the built `.so` and this run's slowest steps."""
+    """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
+    a scheduler configured, the compiles go through an sccache server of this build's own."""
+    launcher = compiler_launcher()
+    remote = dist.for_launcher(launcher)
+    if remote is None:
+        return _compile(plan, src, jobs, progress, launcher, None)
+    with dist.session(remote, launcher) as session:
+        compiled = _compile(plan, src, jobs, progress, launcher, session.env)
+        return replace(compiled, dist=session.counts())
+
+
+def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress | None,
+             launcher: str | None, launcher_env: dict[str, str] | None) -> Compiled:
     def phase(name: str):
         if progress is None:
             return None
@@ -322,9 +338,8 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     build = src / BUILD_FOLDER
     log = src / "build.log"
     log.write_text("")
-    launcher = compiler_launcher()
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
-    env = cache_env(launcher, plan.project, pch_off is None)
+    env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
     args = configure_args(plan, src, build, jobs, pch_off is None)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
@@ -335,7 +350,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
-    before = cache_counts(launcher)
+    before = cache_counts(launcher, env)
     header, maker = (pch.Outcome("off", pch_off) if pch_off else None), None
     try:  # from the header's start: a signal stops it and leaves no half-made entry
         if pch_off is None:
@@ -351,7 +366,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")
-    after = cache_counts(launcher) if before else None
+    after = cache_counts(launcher, env) if before else None
     cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
              if before and after else None)
     return Compiled(so, steps[:SLOWEST], cache, header)
