@@ -75,7 +75,7 @@ SPLIT_RELEASE_BUILDS = False
 # up to this many per core: the units finish at different times, and the last ones then use the
 # cores the first ones left.
 SPLIT_OVERSUBSCRIBE = 2
-_OFF = ("off", "no", "false")
+_OFF, _ON = ("off", "no", "false"), ("on", "yes", "true")
 
 
 def splits_by_default(plan: VariantPlan) -> bool:
@@ -134,7 +134,8 @@ def _env_count(name: str, what: str, off: bool = False) -> int | None:
     if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_COUNT:
         raise BuildError(f"{name}={raw!r} is not a number from 1 to {MAX_COUNT}",
                          hint=f"unset {name} or set it to a number of {what}, e.g. 4"
-                         + (" (1 or off: no split)" if off else ""))
+                         + (" (1 or off: no split; on: the split a local build gets, for any "
+                            "build)" if off else ""))
     return int(value)
 
 
@@ -171,8 +172,10 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
         nvcc_jobs = max(1, min(-(-cores // threads), cuda_files,
                                int(memory / (GIB_PER_NVCC * threads))))
         budget = min(cores, jobs) if jobs is not None else cores  # --jobs bounds the split too
-        nvcc_split = _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True) or (
-            _default_split(budget, threads, nvcc_jobs, cuda_files) if splits_by_default(plan) else 1)
+        forced = os.environ.get(NVCC_SPLIT_VAR, "").strip().lower() in _ON  # release builds too
+        nvcc_split = (None if forced else _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True)) or (
+            _default_split(budget, threads, nvcc_jobs, cuda_files)
+            if forced or splits_by_default(plan) else 1)
         nvcc_split = max(1, min(nvcc_split, int(memory / (GIB_PER_NVCC * threads * nvcc_jobs))))
     jobs = min(jobs, by_memory) if jobs is not None else max(nvcc_jobs, min(cores, by_memory))
     return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)

@@ -130,7 +130,7 @@ def test_release_builds_follow_the_policy(monkeypatch):
 
 
 @pytest.mark.parametrize("value, expected", [("1", 1), ("off", 1), ("OFF", 1), ("no", 1),
-                                             ("6", 6), (" 3 ", 3)])
+                                             ("6", 6), (" 3 ", 3), ("on", 16)])
 def test_split_override(monkeypatch, value, expected):
     monkeypatch.setenv(NVCC_SPLIT_VAR, value)
     assert split(plan(1, ["9.0"], local=True), cores=16, memory_gib=120).nvcc_split == expected
