@@ -154,11 +154,13 @@ def test_a_cuda_variant_built_through_two_build_servers_is_the_local_build(clust
         assert any((servers[address] / "toolchains").rglob("*")), address
     assert CLIENT_TOKEN not in proc.stdout + proc.stderr
 
-    # The same build here, every compile a real one (no compiler cache), from another folder.
+    # The same build here, every compile a real one (no compiler cache, and like the
+    # distributed build no precompiled header), from another folder.
     local_project = copy_project(tmp_path / "local" / "img2gray")
     start_s = time.monotonic()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KBUILD_COMPILER_CACHE", "none")
+        mp.setenv("KBUILD_PCH", "off")
         (local,) = pipeline.build(local_project, python=cuda_python,
                                   local_capabilities=CAPABILITIES.split(","))
     local_s = time.monotonic() - start_s
