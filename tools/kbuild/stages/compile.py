@@ -71,9 +71,9 @@ MAX_COUNT = 1024  # the largest thread or split count an override may ask for
 # kernel speed, so it stays off for them until the GPU measurement shows at most 3 % (see
 # docs/build-speed.md); local builds (--cuda-capabilities) split by default. One line to flip.
 SPLIT_RELEASE_BUILDS = False
-# When every nvcc of a build runs at once (no wave of them waiting), their split workers may add
-# up to this many per core: the units finish at different times, and the last ones then use the
-# cores the first ones left.
+# When every nvcc run of a build starts at once (no wave of them waiting), each may take this
+# many times its even share of the cores (at most all of them) for its threads and split parts:
+# the files finish at different times, and the last ones then use the cores the first ones left.
 SPLIT_OVERSUBSCRIBE = 2
 _OFF, _ON = ("off", "no", "false"), ("on", "yes", "true")
 
@@ -150,13 +150,15 @@ def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
 
 def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
           memory_gib: float | None = None) -> Split:
-    """Ninja jobs, nvcc threads and nvcc's split for `plan`: with fewer CUDA files than cores,
-    each nvcc compiles its capabilities in parallel (`--threads`), so a ten-capability kernel
-    uses ten cores, and splits its device-code optimisation over the cores still spare
-    (`--split-compile`, where `splits_by_default`); nvcc runs × threads × split stays within
-    the cores (twice them when all nvcc runs start at once) and the memory, and the other jobs
-    (up to one per core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
-    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT override."""
+    """Ninja jobs, nvcc threads and nvcc's split for `plan`. Without the split, as before it:
+    with fewer CUDA files than cores each nvcc compiles its capabilities in parallel
+    (`--threads`, up to cores / files), so a ten-capability kernel uses ten cores. With it
+    (`splits_by_default`, or KBUILD_NVCC_SPLIT=on), each nvcc run gets a share of the cores,
+    twice its even share when every CUDA file runs at once (the light ones finish early and
+    leave the heavy ones the cores), spent on threads first and the rest on `--split-compile`.
+    nvcc runs × threads × split stays within the memory, and the other jobs (up to one per
+    core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
+    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT=N override."""
     check_jobs(jobs)
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
@@ -167,27 +169,24 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     archs = max((a for n, a in units if n), default=1)
     threads, nvcc_split, nvcc_jobs = 1, 1, 1
     if cuda_files:  # a CPU build never reads the nvcc settings
-        threads = _env_count(NVCC_THREADS_VAR, "threads") or max(
-            1, min(archs, cores // max(1, min(cuda_files, cores))))
-        nvcc_jobs = max(1, min(-(-cores // threads), cuda_files,
-                               int(memory / (GIB_PER_NVCC * threads))))
-        budget = min(cores, jobs) if jobs is not None else cores  # --jobs bounds the split too
+        given_threads = _env_count(NVCC_THREADS_VAR, "threads")
         forced = os.environ.get(NVCC_SPLIT_VAR, "").strip().lower() in _ON  # release builds too
-        nvcc_split = (None if forced else _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True)) or (
-            _default_split(budget, threads, nvcc_jobs, cuda_files)
-            if forced or splits_by_default(plan) else 1)
+        given_split = None if forced else _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True)
+        budget = min(cores, jobs) if jobs is not None else cores  # --jobs bounds the workers
+        if given_split is None and (forced or splits_by_default(plan)):
+            nvcc_jobs = min(cuda_files, budget)
+            share = (min(budget, SPLIT_OVERSUBSCRIBE * budget // nvcc_jobs) if cuda_files <= budget
+                     else budget // nvcc_jobs)
+            threads = given_threads or max(1, min(archs, share))
+            nvcc_split = max(1, share // threads)
+        else:
+            threads = given_threads or max(1, min(archs, cores // max(1, min(cuda_files, cores))))
+            nvcc_jobs = min(-(-cores // threads), cuda_files)
+            nvcc_split = given_split or 1
+        nvcc_jobs = max(1, min(nvcc_jobs, int(memory / (GIB_PER_NVCC * threads))))
         nvcc_split = max(1, min(nvcc_split, int(memory / (GIB_PER_NVCC * threads * nvcc_jobs))))
     jobs = min(jobs, by_memory) if jobs is not None else max(nvcc_jobs, min(cores, by_memory))
     return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)
-
-
-def _default_split(cores: int, threads: int, nvcc_jobs: int, cuda_files: int) -> int:
-    """The cores left to each nvcc run: cores / (runs × threads), twice that (at most all the
-    cores) when every CUDA file runs at once."""
-    spare = cores // (threads * nvcc_jobs)
-    if spare <= 1 or cuda_files > nvcc_jobs:
-        return max(1, spare)
-    return min(cores // threads, spare * SPLIT_OVERSUBSCRIBE)
 
 
 def configure_args(plan: VariantPlan, src: Path, build: Path,

@@ -168,3 +168,16 @@ def test_a_huge_jobs_value_stays_within_the_memory():
     cpu = SimpleNamespace(kernels={"c": SimpleNamespace(backend="cpu", src=["c.cpp"])},
                           kernel_archs={})
     assert split(cpu, 10**6, cores=2, memory_gib=3).jobs == 2
+
+
+def test_with_the_split_on_threads_may_take_twice_their_even_share(monkeypatch):
+    # punica-sgmv's release build: 3 CUDA files, 8 capabilities, 16 cores
+    release = plan(3, TEN[1:9])
+    monkeypatch.setattr(compile_mod, "SPLIT_RELEASE_BUILDS", False)
+    s = split(release, cores=16, memory_gib=120)
+    assert (s.nvcc_jobs, s.nvcc_threads, s.nvcc_split) == (3, 5, 1)  # as before the split
+    monkeypatch.setattr(compile_mod, "SPLIT_RELEASE_BUILDS", True)
+    s = split(release, cores=16, memory_gib=120)
+    assert (s.nvcc_jobs, s.nvcc_threads, s.nvcc_split) == (3, 8, 1)  # every capability at once
+    s = split(plan(2, TEN[:4]), cores=16, memory_gib=120)
+    assert (s.nvcc_jobs, s.nvcc_threads, s.nvcc_split) == (2, 4, 4)
