@@ -183,6 +183,10 @@ def _scheduler_status(sccache: str, env: dict[str, str]) -> str:
     if isinstance(answer, dict) and "SchedulerStatus" in answer:
         info = answer["SchedulerStatus"][1]
         return f"{info.get('num_servers', 0)} build servers, {info.get('num_cpus', 0)} cores"
+    if isinstance(answer, dict) and len(answer) == 1:  # {"NotConnected": [url, why]}, {"Disabled": why}
+        (state, detail), = answer.items()
+        why = detail[-1] if isinstance(detail, list) and detail else detail
+        return f"scheduler {state}: {why}"[:200]
     return json.dumps(answer)[:200]
 
 
@@ -191,6 +195,8 @@ def session(dist: Dist, sccache: str) -> Iterator[Session]:
     """An sccache server of this build's own, configured for `dist`, for the duration."""
     folder = Path(tempfile.mkdtemp(prefix="kbuild-dist-"))  # private (0700): it may hold the token
     env = {"SCCACHE_SERVER_PORT": str(_free_port()), "SCCACHE_IDLE_TIMEOUT": str(IDLE_S)}
+    if os.environ.get("SCCACHE_SERVER_UDS"):  # a socket of the user's server wins over a port
+        env["SCCACHE_SERVER_UDS"] = str(folder / "server.sock")
     if dist.given:
         conf = folder / "sccache.toml"
         conf.write_text(_client_config(dist), encoding="utf-8")
