@@ -92,6 +92,8 @@ def build(project: Path, mode: str, args, python: str, cuda_home: str | None,
     env = {k: v for k, v in os.environ.items() if k not in SWITCHED_OFF} | ALIKE
     if mode.endswith("off"):
         env |= SWITCHED_OFF
+    elif args.on_split:
+        env["KBUILD_NVCC_SPLIT"] = args.on_split
     elif release and args.release_split == "on":
         env["KBUILD_NVCC_SPLIT"] = "on"
     if previous and previous.get("ninja_log"):  # the step times of the project's previous build
@@ -133,7 +135,7 @@ def report(results: dict) -> None:
     for name, modes in results["projects"].items():
         for mode, r in modes.items():
             base = modes.get("release-off" if mode.startswith("release") else "off")
-            ratio = (f"{r['seconds'] / base['seconds']:5.2f}x" if base and mode.endswith("on")
+            ratio = (f"{r['seconds'] / base['seconds']:5.2f}x" if base and mode.split()[0].endswith("on")
                      and r["status"] == "ok" and base["status"] == "ok" else "")
             print(f"{name:16} {mode:12} {r['seconds']:7.1f}s {ratio:>6}  {r['status']}"
                   + (f" ({r['steps']} steps)" if r["status"] != "ok" else "") + f"; {r['split']}")
@@ -148,16 +150,20 @@ def plot(results: dict, path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    rows = [(f"{n}\n{m.removesuffix('-off').removesuffix('-on') if m.startswith('release') else 'local'}",
-             m.endswith("on"), r["seconds"], r["status"] == "ok")
-            for n, modes in results["projects"].items() for m, r in modes.items()]
-    labels = list(dict.fromkeys(r[0] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
-    for i, (on, name) in enumerate(((False, "split and scheduling off"), (True, "as built"))):
-        xs = [labels.index(r[0]) + (0.2 if on else -0.2) for r in rows if r[1] == on]
-        ys = [r[2] for r in rows if r[1] == on]
-        ax.bar(xs, ys, 0.4, label=name, hatch=["" if r[3] else "//" for r in rows if r[1] == on])
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    groups: dict[str, dict[str, dict]] = {}  # "project, local|release" -> mode key -> result
+    for name, modes in results["projects"].items():
+        for key, r in modes.items():
+            kind = "release" if key.startswith("release") else "local"
+            groups.setdefault(f"{name}\n{kind}", {})[key.removeprefix("release-")] = r
+    keys = list(dict.fromkeys(k for g in groups.values() for k in g))
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(groups)), 4))
+    width = 0.8 / max(1, len(keys))
+    for i, key in enumerate(keys):
+        xs = [x + (i - (len(keys) - 1) / 2) * width for x, g in enumerate(groups.values()) if key in g]
+        rs = [g[key] for g in groups.values() if key in g]
+        ax.bar(xs, [r["seconds"] for r in rs], width, label=key,
+               hatch=["" if r["status"] == "ok" else "//" for r in rs])
+    ax.set_xticks(range(len(groups)), list(groups), fontsize=8)
     ax.set_ylabel("seconds (hatched: stopped at the limit)")
     ax.set_title(f"kbuild build, {results['machine']['cores']} cores, {results['machine']['gpu'][:40]}")
     ax.legend(fontsize=8)
@@ -175,6 +181,8 @@ def main() -> None:
     ap.add_argument("--python", help="a CUDA torch interpreter instead of --env")
     ap.add_argument("--cuda-home")
     ap.add_argument("--release-split", choices=["on", "policy"], default="on")
+    ap.add_argument("--on-split", help="KBUILD_NVCC_SPLIT for the on builds (a count, or on), "
+                    "instead of the builder's own choice; recorded in the JSON")
     ap.add_argument("--limit", type=float, default=None, help="seconds per build")
     ap.add_argument("--force", action="store_true", help="build again what the JSON holds")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "bench_heavy.json")
@@ -197,8 +205,9 @@ def main() -> None:
                 continue
             done = results["projects"].setdefault(name, {})
             for mode in args.modes:
-                if mode in done and done[mode]["status"] == "ok" and not args.force:
-                    print(f"{name} {mode}: in {args.out} already ({done[mode]['seconds']} s)")
+                key = f"{mode} split={args.on_split}" if args.on_split and mode.endswith("on") else mode
+                if key in done and done[key]["status"] == "ok" and not args.force:
+                    print(f"{name} {key}: in {args.out} already ({done[key]['seconds']} s)")
                     continue
                 previous = done.get("release-off" if mode.startswith("release") else "off") \
                     if mode.endswith("on") else None
@@ -209,10 +218,11 @@ def main() -> None:
                 shutil.rmtree(work, ignore_errors=True)
                 project = bench_build.copy(sources[name], work)
                 print(f"{name} {mode}: building ...", flush=True)
-                done[mode] = build(project, mode, args, python, cuda_home, previous) | {
+                key = f"{mode} split={args.on_split}" if args.on_split and mode.endswith("on") else mode
+                done[key] = build(project, mode, args, python, cuda_home, previous) | {
                     "capabilities": "every declared" if mode.startswith("release") else args.cuda_capabilities}
-                print(f"{name} {mode}: {done[mode]['seconds']} s, {done[mode]['status']}; "
-                      f"{done[mode]['split']}", flush=True)
+                print(f"{name} {key}: {done[key]['seconds']} s, {done[key]['status']}; "
+                      f"{done[key]['split']}", flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(results, indent=1) + "\n")
     report(results)
