@@ -26,6 +26,10 @@ EnvOpt = Annotated[Optional[str], typer.Option(
 CudaHomeOpt = Annotated[Optional[Path], typer.Option(
     "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
                         "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
+DistOpt = Annotated[Optional[str], typer.Option(
+    "--dist-scheduler", help="Distribute the compiles through this sccache-dist scheduler (URL; the "
+    "client token in $KBUILD_DIST_TOKEN); same as KBUILD_DIST_SCHEDULER. Without it, a [dist] "
+    "section of your sccache configuration is used. See docs/build-speed.md.")]
 SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
 CapsOpt = Annotated[Optional[str], typer.Option(
     "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
@@ -81,6 +85,8 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
             err.print(r.cache, highlight=False, markup=False, soft_wrap=True)
         if r.pch:
             err.print(r.pch, highlight=False, markup=False, soft_wrap=True)
+        if r.dist:
+            err.print(r.dist, highlight=False, markup=False, soft_wrap=True)
         if r.slowest and r.slowest[0][1] >= SLOW_STEP_S:
             err.print("slowest steps: " + ", ".join(f"{src} {t:.1f}s" for src, t in r.slowest),
                       highlight=False, markup=False, soft_wrap=True)
@@ -91,13 +97,16 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
           jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
-          cuda_capabilities: CapsOpt = None,
+          cuda_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
           cutlass_substitute: Annotated[bool, typer.Option(
               "--cutlass-substitute", help="For a CUTLASS version with no release here, use the "
               "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False
           ) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/."""
+    from ..stages.compile import check_jobs
+    check_jobs(jobs)  # before an environment is realised
+    use_scheduler(dist_scheduler)
     if cutlass_substitute:  # read by stages/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     if env:
@@ -107,6 +116,14 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
         real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"))
         python, cuda_home = str(real.python), cuda_home or real.cuda_home
     run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home), cuda_capabilities)
+
+
+def use_scheduler(url: str | None) -> None:
+    """--dist-scheduler: for this build and the builds it starts (read by stages/dist.py)."""
+    if url is not None:
+        from ..stages import dist
+        os.environ[dist.SCHEDULER_VAR] = url
+        dist.configured()  # a bad URL or a missing token: refused before anything runs
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:

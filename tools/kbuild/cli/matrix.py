@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from .app import app, err, keep_whole, out, table as make_table, warn
+from .build import DistOpt, use_scheduler
 
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -60,10 +61,15 @@ def build_all(
     locked: Annotated[bool, typer.Option(
         help="Refuse environments without a lock (PyPI path); stale locks are always refused.")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
+    dist_scheduler: DistOpt = None,
 ) -> None:
     """Build the variant of every selected environment (in parallel with --jobs)."""
     from ..matrix import buildall
+    from ..stages.compile import check_jobs
 
+    check_jobs(jobs)
+    check_jobs(compile_jobs, "--compile-jobs")
+    use_scheduler(dist_scheduler)
     if via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
     project = project.resolve()

@@ -7,14 +7,16 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
-from . import configure_seed, pch
+from . import configure_seed, dist, pch
+from .generate import BUILD_FOLDER
+from .schedule import ninja_steps
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -51,32 +53,54 @@ def compiler_launcher() -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
-    per-capability device steps are shared between torch versions."""
+    per-capability device steps are shared between torch versions. sccache first when a
+    scheduler of distributed compiles is configured (stages/dist.py)."""
     choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
     if choice == "none":
         return None
-    candidates = [choice] if choice != "auto" else ["ccache", "sccache"]
+    candidates = ([choice] if choice != "auto" else
+                  ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"])
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
 NVCC_THREADS_VAR = "KBUILD_NVCC_THREADS"
-GIB_PER_NVCC = 1.5  # memory one nvcc thread of a template-heavy kernel may take (GiB)
+NVCC_SPLIT_VAR = "KBUILD_NVCC_SPLIT"
+GIB_PER_NVCC = 1.5  # memory one nvcc thread (or split worker) of a template-heavy kernel may take (GiB)
+MAX_COUNT = 1024  # the largest thread or split count an override may ask for
+# nvcc's --split-compile for release builds (every declared capability): NVIDIA warns it may cost
+# kernel speed, so it stays off for them until the GPU measurement shows at most 3 % (see
+# docs/build-speed.md); local builds (--cuda-capabilities) split by default. One line to flip.
+SPLIT_RELEASE_BUILDS = False
+# When every nvcc run of a build starts at once (no wave of them waiting), each may take this
+# many times its even share of the cores (at most all of them) for its threads and split parts:
+# the files finish at different times, and the last ones then use the cores the first ones left.
+SPLIT_OVERSUBSCRIBE = 2
+_OFF, _ON = ("off", "no", "false"), ("on", "yes", "true")
+
+
+def splits_by_default(plan: VariantPlan) -> bool:
+    """The split-compile policy: on for local builds (the GPU at hand, where only build time
+    matters), on for release builds only when SPLIT_RELEASE_BUILDS."""
+    return bool(getattr(plan, "local_capabilities", None)) or SPLIT_RELEASE_BUILDS
 
 
 @dataclass(frozen=True)
 class Split:
     """How a build uses the machine: Ninja jobs, of which at most `nvcc_jobs` are nvcc runs
-    (a Ninja pool) of `nvcc_threads` each (one per capability at most); C++ units such as the
-    binding take the other jobs while nvcc runs."""
+    (a Ninja pool) of `nvcc_threads` each (one per capability at most), each nvcc splitting its
+    device-code optimisation (cicc, ptxas) into `nvcc_split` parallel parts; C++ units such as
+    the binding take the other jobs while nvcc runs."""
     jobs: int
     nvcc_threads: int
     cores: int
     memory_gib: float
     cuda_files: int
     nvcc_jobs: int = 1
+    nvcc_split: int = 1
 
     def __str__(self) -> str:
         nvcc = (f", nvcc {self.nvcc_jobs} at a time × {self.nvcc_threads} threads"
+                + (f" × split {self.nvcc_split}" if self.nvcc_split > 1 else "")
                 if self.cuda_files else "")
         return (f"{self.jobs} jobs{nvcc} ({self.cores} cores, {self.memory_gib:.0f} GiB "
                 f"available)")
@@ -99,38 +123,70 @@ def _memory_gib() -> float:
     return 8.0
 
 
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name, "").strip()
+def _env_count(name: str, what: str, off: bool = False) -> int | None:
+    """$name as a count from 1 to MAX_COUNT (None when unset; 1 for off/no/false when `off`)."""
+    raw = os.environ.get(name, "")
+    value = raw.strip()
     if not value:
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise BuildError(f"{name}={value!r} is not a positive number", hint=f"unset {name} or set "
-                         "it to a number of threads, e.g. 4")
+    if off and value.lower() in _OFF:
+        return 1
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_COUNT:
+        raise BuildError(f"{name}={raw!r} is not a number from 1 to {MAX_COUNT}",
+                         hint=f"unset {name} or set it to a number of {what}, e.g. 4"
+                         + (" (1 or off: no split; on: the split a local build gets, for any "
+                            "build)" if off else ""))
     return int(value)
+
+
+def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
+    """A count of parallel jobs given on the command line is 1 or more (a large one is capped
+    by the memory where it is used)."""
+    if jobs is not None and jobs < 1:
+        raise BuildError(f"{option} {jobs} is not a positive number of parallel jobs",
+                         hint=f"give a number from 1 up, e.g. {option} 8, or leave it out: the "
+                              "build sizes it to the cores and memory")
 
 
 def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
           memory_gib: float | None = None) -> Split:
-    """Ninja jobs and nvcc threads for `plan`: with fewer CUDA files than cores, each nvcc
-    compiles its capabilities in parallel (`--threads`), so a ten-capability kernel uses ten
-    cores; nvcc runs × threads stays within the cores and the memory, and the other jobs (up
-    to one per core) compile C++ beside them. `jobs` (--jobs) and $KBUILD_NVCC_THREADS
-    override."""
+    """Ninja jobs, nvcc threads and nvcc's split for `plan`. Without the split, as before it:
+    with fewer CUDA files than cores each nvcc compiles its capabilities in parallel
+    (`--threads`, up to cores / files), so a ten-capability kernel uses ten cores. With it
+    (`splits_by_default`, or KBUILD_NVCC_SPLIT=on), each nvcc run gets a share of the cores,
+    twice its even share when every CUDA file runs at once (the light ones finish early and
+    leave the heavy ones the cores), spent on threads first and the rest on `--split-compile`.
+    nvcc runs × threads × split stays within the memory, and the other jobs (up to one per
+    core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
+    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT=N override."""
+    check_jobs(jobs)
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
+    by_memory = max(1, int(memory / GIB_PER_NVCC))
     units = [(len([s for s in k.src if s.endswith(".cu")]), len(plan.kernel_archs.get(n, [])))
              for n, k in plan.kernels.items() if k.backend == Backend.CUDA]
     cuda_files = sum(n for n, _ in units)
     archs = max((a for n, a in units if n), default=1)
-    threads = _env_int(NVCC_THREADS_VAR)
-    if threads is None:
-        threads = max(1, min(archs, cores // max(1, min(cuda_files, cores)))) if cuda_files else 1
-    nvcc_jobs = max(1, -(-cores // threads))
-    if cuda_files:
-        nvcc_jobs = max(1, min(nvcc_jobs, cuda_files, int(memory / (GIB_PER_NVCC * threads))))
-    if jobs is None:
-        jobs = max(nvcc_jobs, min(cores, int(memory / GIB_PER_NVCC) or 1))
-    return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs))
+    threads, nvcc_split, nvcc_jobs = 1, 1, 1
+    if cuda_files:  # a CPU build never reads the nvcc settings
+        given_threads = _env_count(NVCC_THREADS_VAR, "threads")
+        forced = os.environ.get(NVCC_SPLIT_VAR, "").strip().lower() in _ON  # release builds too
+        given_split = None if forced else _env_count(NVCC_SPLIT_VAR, "parallel parts", off=True)
+        budget = min(cores, jobs) if jobs is not None else cores  # --jobs bounds the workers
+        if given_split is None and (forced or splits_by_default(plan)):
+            nvcc_jobs = min(cuda_files, budget)
+            share = (min(budget, SPLIT_OVERSUBSCRIBE * budget // nvcc_jobs) if cuda_files <= budget
+                     else budget // nvcc_jobs)
+            threads = given_threads or max(1, min(archs, share))
+            nvcc_split = max(1, share // threads)
+        else:
+            threads = given_threads or max(1, min(archs, cores // max(1, min(cuda_files, cores))))
+            nvcc_jobs = min(-(-cores // threads), cuda_files)
+            nvcc_split = given_split or 1
+        nvcc_jobs = max(1, min(nvcc_jobs, int(memory / (GIB_PER_NVCC * threads))))
+        nvcc_split = max(1, min(nvcc_split, int(memory / (GIB_PER_NVCC * threads * nvcc_jobs))))
+    jobs = min(jobs, by_memory) if jobs is not None else max(nvcc_jobs, min(cores, by_memory))
+    return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)
 
 
 def configure_args(plan: VariantPlan, src: Path, build: Path,
@@ -149,6 +205,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
         how = split(plan, jobs)
         args += [f"-DKB_NVCC_THREADS={how.nvcc_threads}", f"-DKB_NVCC_JOBS={how.nvcc_jobs}",
+                 f"-DKB_NVCC_SPLIT={how.nvcc_split}",
                  f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
                  f"-DCMAKE_CUDA_HOST_COMPILER={find_cxx()}", "-DCMAKE_CUDA_COMPILER_FORCED=ON",
                  "-DCMAKE_CUDA_ARCHITECTURES=" + probe_arch.split("+")[0].replace(".", "") + "-real"]
@@ -174,19 +231,20 @@ class CacheCounts:
         return f"compiler cache ({self.tool}): {self.hits} hits, {self.misses} misses"
 
 
-def cache_counts(launcher: str | None) -> CacheCounts | None:
-    """The cache's hit and miss counters now (sccache or ccache), or None."""
+def cache_counts(launcher: str | None, env: dict[str, str] | None = None) -> CacheCounts | None:
+    """The cache's hit and miss counters now (sccache or ccache), or None; `env`: the build's
+    (which sccache server)."""
     if not launcher:
         return None
     name = Path(launcher).name
     try:
         if "sccache" in name:
-            proc = capture([launcher, "--show-stats", "--stats-format", "json"], timeout=60)
+            proc = capture([launcher, "--show-stats", "--stats-format", "json"], timeout=60, env=env)
             stats = json.loads(proc.stdout)["stats"]
             return CacheCounts("sccache", sum(stats["cache_hits"]["counts"].values()),
                                sum(stats["cache_misses"]["counts"].values()))
         if "ccache" in name:
-            proc = capture([launcher, "--print-stats"], timeout=60)
+            proc = capture([launcher, "--print-stats"], timeout=60, env=env)
             counts = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line)
             hits = sum(int(counts.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
             return CacheCounts("ccache", hits, int(counts.get("cache_miss", 0)))
@@ -201,22 +259,7 @@ class Compiled:
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
-
-
-def ninja_steps(build: Path, since: int) -> list[tuple[str, float]]:
-    """The steps Ninja logged after byte `since` of .ninja_log, as (output, seconds)."""
-    log = build / ".ninja_log"
-    if not log.is_file():
-        return []
-    with log.open("rb") as f:
-        f.seek(since)
-        lines = f.read().decode("utf-8", "replace").splitlines()
-    steps = {}
-    for line in lines:
-        parts = line.split("\t")
-        if len(parts) >= 4 and parts[0].isdigit() and parts[1].isdigit():
-            steps[parts[3]] = (int(parts[1]) - int(parts[0])) / 1000
-    return sorted(steps.items(), key=lambda kv: -kv[1])
+    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
 
 
 def is_ccache(launcher: str | None) -> bool:
@@ -275,19 +318,30 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
 
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
                     progress: Progress | None = None) -> Compiled:
-    """Configures (once) and builds; returns the built `.so` and this run's slowest steps."""
+    """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
+    a scheduler configured, the compiles go through an sccache server of this build's own."""
+    launcher = compiler_launcher()
+    remote = dist.for_launcher(launcher)
+    if remote is None:
+        return _compile(plan, src, jobs, progress, launcher, None)
+    with dist.session(remote, launcher) as session:
+        compiled = _compile(plan, src, jobs, progress, launcher, session.env)
+        return replace(compiled, dist=session.counts())
+
+
+def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress | None,
+             launcher: str | None, launcher_env: dict[str, str] | None) -> Compiled:
     def phase(name: str):
         if progress is None:
             return None
         progress(name, "")
         return lambda line: progress(name, line)
 
-    build = src / "cmake-build"
+    build = src / BUILD_FOLDER
     log = src / "build.log"
     log.write_text("")
-    launcher = compiler_launcher()
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
-    env = cache_env(launcher, plan.project, pch_off is None)
+    env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
     args = configure_args(plan, src, build, jobs, pch_off is None)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
@@ -298,7 +352,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
-    before = cache_counts(launcher)
+    before = cache_counts(launcher, env)
     header, maker = (pch.Outcome("off", pch_off) if pch_off else None), None
     try:  # from the header's start: a signal stops it and leaves no half-made entry
         if pch_off is None:
@@ -314,7 +368,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     so = build / f"{plan.kernel_id}.abi3.so"
     if not so.is_file():
         raise BuildError(f"the build produced no {so.name}; see {log}")
-    after = cache_counts(launcher) if before else None
+    after = cache_counts(launcher, env) if before else None
     cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
              if before and after else None)
     return Compiled(so, steps[:SLOWEST], cache, header)

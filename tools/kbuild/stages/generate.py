@@ -20,7 +20,7 @@ from packaging.version import Version
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
-from . import cutlass, frameworks
+from . import cutlass, frameworks, schedule
 from .plan import VariantPlan
 
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
@@ -36,6 +36,7 @@ _IDENT = re.compile(r"^[A-Za-z0-9_]+$")
 # torch's nvcc flags as upstream gets them (find_package(Torch) and COMMON_NVCC_FLAGS without the
 # __CUDA_NO_HALF*/BFLOAT16 defines), for every CUDA source.
 CUDA_COMMON_FLAGS = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "-DENABLE_FP8")
+BUILD_FOLDER = "cmake-build"  # the CMake build folder inside a variant's work dir
 
 
 def template(name: str) -> str:
@@ -214,6 +215,16 @@ def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[Com
     return [u for u in units if any(f.suffix in COMPILED_SUFFIXES for f in u.files)]
 
 
+def scheduled(units: list[CompileUnit], seconds: dict[Path, float]) -> list[CompileUnit]:
+    """The units, and the files of each, in the order Ninja should start them: the slowest of
+    the previous build first (stages/schedule.py); unchanged without a previous build."""
+    if not seconds:
+        return units
+    for unit in units:
+        unit.files = schedule.slowest_first(unit.files, seconds)
+    return schedule.slowest_groups_first(units, lambda u: u.files, seconds)
+
+
 def plan_cmake(plan: VariantPlan) -> str:
     torch, project = plan.torch, plan.project
     torch_cfg = plan.manifest.torch
@@ -250,6 +261,9 @@ def plan_cmake(plan: VariantPlan) -> str:
                         if "torch" in kernel.depends else [])
             check_cuda_kernel(plan, name, kernel, includes[name] + toolkit + dep_dirs + env_dirs)
     units = compile_units(plan, includes)
+    # The link takes the kernels' objects in this order; Ninja starts them slowest first.
+    v.set("KB_KERNELS_LINK", [cmake_ident(u.name) for u in units])
+    units = scheduled(units, schedule.previous_seconds(work_dir(plan) / BUILD_FOLDER))
     idents = [cmake_ident(u.name) for u in units]
     v.set("KB_KERNELS", idents)
     for ident, unit in zip(idents, units):

@@ -37,6 +37,7 @@ class BuildResult:
     slowest: tuple[tuple[str, float], ...] = ()  # this run's longest compile steps (source, s)
     cache: str = ""  # this run's compiler-cache hits and misses, when a cache is in use
     pch: str = ""  # what the binding's precompiled header did (stages/pch.py)
+    dist: str = ""  # the compiles build servers ran, when distributed (stages/dist.py)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
     with locked(Layout.of(plan.project).variant_work(plan.name).with_suffix(".lock")):
         step(Step(plan.name, "generate"))
         work = generate(plan)
-        so, slowest, cache, header = None, (), "", ""
+        so, slowest, cache, header, remote = None, (), "", "", ""
         # torch's libraries load in the target interpreter while the compiler runs
         with Loader(plan.torch.python, plan.torch.lib_dir) if plan.compiled and verify \
                 else nullcontext() as loader:
@@ -118,6 +119,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
                                                  for o, t in compiled.slowest)
                 cache = str(compiled.cache) if compiled.cache else ""
                 header = str(compiled.pch) if compiled.pch else ""
+                remote = str(compiled.dist) if compiled.dist else ""
                 verify_build(plan, so)
             step(Step(plan.name, "assemble"))
             staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
@@ -134,7 +136,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
                 if staged.exists():
                     shutil.rmtree(staged, ignore_errors=True)
     return BuildResult(plan.name, build_dir / plan.name, plan.kernel_id, changed,
-                       time.monotonic() - start, slowest, cache, header)
+                       time.monotonic() - start, slowest, cache, header, remote)
 
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,

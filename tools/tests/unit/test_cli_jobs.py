@@ -1,0 +1,36 @@
+"""--jobs and --compile-jobs: zero or negative counts are refused at once with one message
+(exit 2 through main), before any environment is realised or CMake is run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kbuild.cli import app
+from kbuild.core.errors import BuildError
+
+
+def invoke(*args: str, cwd: Path):
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(old)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["build", "--jobs", "0"], "--jobs"),
+    (["build", "--jobs", "-3", "--env", "nowhere"], "--jobs"),
+    (["build-all", "--jobs", "0"], "--jobs"),
+    (["build-all", "--compile-jobs", "-1"], "--compile-jobs"),
+])
+def test_non_positive_job_counts_are_refused_before_anything_runs(tmp_path, args, option):
+    (tmp_path / "build.toml").write_text("[general]\nname = 'x'\n")
+    result = invoke(*args, cwd=tmp_path)
+    assert isinstance(result.exception, BuildError), result.output
+    assert result.exception.message.startswith(f"{option} ") and result.exception.hint
+    assert not (tmp_path / ".kbuild").exists() and not (tmp_path / "build").exists()

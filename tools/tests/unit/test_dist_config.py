@@ -1,0 +1,95 @@
+"""Which scheduler of distributed compiles a build uses (stages/dist.py): --dist-scheduler with
+the token in KBUILD_DIST_TOKEN, else the user's sccache configuration; bad settings refused with
+one message; sccache chosen as the compiler launcher then."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from kbuild.core.errors import BuildError
+from kbuild.stages import compile as compile_mod, dist
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    for var in (dist.SCHEDULER_VAR, dist.TOKEN_VAR, "SCCACHE_CONF", "KBUILD_COMPILER_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no user configuration
+
+
+def test_nothing_configured_means_local_compiles():
+    assert dist.configured() is None
+    assert dist.for_launcher("/usr/bin/ccache") is None
+
+
+def test_the_scheduler_option_needs_the_token(monkeypatch):
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://10.0.0.5:10600")
+    with pytest.raises(BuildError, match=dist.TOKEN_VAR) as e:
+        dist.configured()
+    assert dist.TOKEN_VAR in e.value.hint
+    monkeypatch.setenv(dist.TOKEN_VAR, " secret ")
+    assert dist.configured() == dist.Dist("http://10.0.0.5:10600", True, None, "secret")
+
+
+@pytest.mark.parametrize("url", ["10.0.0.5:10600", "ftp://host", "http://", "https:///x"])
+def test_a_scheduler_that_is_no_url_is_refused(monkeypatch, url):
+    monkeypatch.setenv(dist.SCHEDULER_VAR, url)
+    monkeypatch.setenv(dist.TOKEN_VAR, "t")
+    with pytest.raises(BuildError, match="is not an http:// or https:// URL"):
+        dist.configured()
+
+
+def test_the_users_sccache_configuration_names_the_scheduler(monkeypatch, tmp_path):
+    conf = tmp_path / "xdg" / "sccache" / "config"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[dist]\nscheduler_url = "https://sched.example:443"\n[dist.auth]\ntype = "token"\n'
+                    'token = "mine"\n')
+    assert dist.configured() == dist.Dist("https://sched.example:443", False, conf)
+    other = tmp_path / "other.toml"
+    other.write_text("[cache.disk]\ndir = '/x'\n")  # SCCACHE_CONF wins, and has no [dist]
+    monkeypatch.setenv("SCCACHE_CONF", str(other))
+    assert dist.configured() is None
+    other.write_text("[dist\n")
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://h:1")
+    with pytest.raises(BuildError, match="not valid TOML") as e:
+        dist.configured()
+    assert e.value.file == other
+
+
+def test_the_option_with_the_users_configuration_keeps_its_settings(monkeypatch, tmp_path):
+    conf = tmp_path / "conf.toml"
+    conf.write_text('[dist]\nscheduler_url = "http://old:1"\ncache_dir = "/tc"\n'
+                    '[cache.disk]\ndir = "/cache"\n')
+    monkeypatch.setenv("SCCACHE_CONF", str(conf))
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://new:2")
+    monkeypatch.setenv(dist.TOKEN_VAR, "tok")
+    written = tomllib.loads(dist._client_config(dist.configured()))
+    assert written["dist"] == {"scheduler_url": "http://new:2", "cache_dir": "/tc", "toolchains": [],
+                               "auth": {"type": "token", "token": "tok"}}
+    assert written["cache"] == {"disk": {"dir": "/cache"}}
+
+
+def test_a_configured_scheduler_makes_sccache_the_launcher(monkeypatch, tmp_path):
+    tools = {name: tmp_path / name for name in ("ccache", "sccache")}
+    for t in tools.values():
+        t.write_text("")
+    monkeypatch.setattr(compile_mod, "cache_tool", lambda name: str(tools[name]) if name in tools else None)
+    assert compile_mod.compiler_launcher() == str(tools["ccache"])
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://h:1")
+    monkeypatch.setenv(dist.TOKEN_VAR, "t")
+    launcher = compile_mod.compiler_launcher()
+    assert launcher == str(tools["sccache"]) and dist.for_launcher(launcher).scheduler == "http://h:1"
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "ccache")  # an explicit other choice: refused
+    with pytest.raises(BuildError, match="distributed compiles go through sccache"):
+        dist.for_launcher(compile_mod.compiler_launcher())
+
+
+def test_the_report_names_the_servers():
+    counts = dist.DistCounts("http://s:1", {"10.0.0.2:10501": 3, "10.0.0.1:10501": 9}, 0)
+    assert str(counts) == ("distributed compiles (http://s:1): 12 on 2 build servers "
+                           "(10.0.0.1:10501: 9, 10.0.0.2:10501: 3), 0 failed")
+    none = dist.DistCounts("http://s:1", {}, 0, "0 build servers, 0 cores")
+    assert str(none) == ("distributed compiles (http://s:1): none, every compile ran here "
+                         "(0 build servers, 0 cores)")
