@@ -14,7 +14,7 @@ from typing import Callable
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
-from . import configure_seed, pch
+from . import configure_seed, inputs, pch
 from .plan import VariantPlan
 from .toolchain import find_cxx
 
@@ -299,6 +299,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher)
+    sources = inputs.prepare(build, plan.project, _tool("ninja"))  # by content, not by mtime
     header, maker = (pch.Outcome("off", pch_off) if pch_off else None), None
     try:  # from the header's start: a signal stops it and leaves no half-made entry
         if pch_off is None:
@@ -308,6 +309,7 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
         if maker:
             maker.cancel()
         raise
+    inputs.record(sources)
     steps = ninja_steps(build, since)
     if maker:
         header = maker.settle(steps)
