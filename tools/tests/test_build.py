@@ -77,6 +77,15 @@ def test_no_op_rebuild_recompiles_nothing(project):
     changed = [p.name for p in work.rglob("*.o") if p.stat().st_mtime_ns != objects[p]]
     assert sorted(changed) == ["extension.cpp.o", "torch_binding.cpp.o"]
     assert check_variant(fourth.path).ok
+    # A source replaced by another file with an OLDER mtime (mv, cp -p, tar -x, rsync -a): Ninja
+    # would keep the old object; the build compiles what the file now says (stages/inputs.py).
+    source = project / "csrc" / "img2gray_cpu.cpp"
+    older = source.with_name("replacement.cpp")
+    older.write_text(source.read_text() + 'extern "C" const char replaced[] = "by-an-older-file";\n')
+    os.utime(older, ns=(10**18, 10**18))
+    older.replace(source)
+    fifth = build_cpu(project)
+    assert b"by-an-older-file" in (fifth.path / f"{fifth.kernel_id}.abi3.so").read_bytes()
 
 
 def test_check_detects_tampering(builds, tmp_path):
