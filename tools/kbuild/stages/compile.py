@@ -268,6 +268,7 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
             return
         except BuildError:
             empty_build()
+            configure_seed.forget(key)  # replaced by this configure's
             note("the configure from a seed failed: again from an empty folder")
     run_logged(args, log, "CMake configure", env=env, on_line=on_line)
     configure_seed.save(key, src, build)
