@@ -67,8 +67,6 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     from ..stages.torch_install import local_capabilities
     python = target_python(python)
     local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
-    if local:
-        warn(f"a local build for CUDA capabilities {', '.join(local)} only: not publishable")
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
                                  build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
