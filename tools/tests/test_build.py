@@ -234,3 +234,18 @@ def test_another_compiler_reconfigures(project, monkeypatch, tmp_path):
     after = stamp.read_text()
     assert after != before and f"-DCMAKE_CXX_COMPILER={other}" in after
     assert not result.changed  # same compiler underneath: byte-identical output
+
+
+def test_a_cache_folder_that_cannot_be_written_is_warned_about_and_built_without(project, tmp_path,
+                                                                                capfd, monkeypatch):
+    """$KBUILD_CACHE_DIR read-only, not a folder, or full: its caches (configure seeds,
+    precompiled headers, load memos) are optional, so the build goes on without them, with a
+    warning that names the folder."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(blocked))
+    result = build_cpu(project)
+    assert check_variant(result.path).ok
+    warned = capfd.readouterr().err
+    assert f"warning: the CMake configure cache cannot be used: {blocked / 'cmake'}" in warned, warned
+    assert "going on without it" in warned and "Traceback" not in warned
