@@ -34,6 +34,7 @@ class Inputs:
     project: Path
     ninja: str
     files: dict[str, list]  # path -> [inode, size, mtime_ns, ctime_ns, sha256]
+    log: list | None  # Ninja's deps log as it was (unchanged after the build: nothing compiled)
 
 
 def _stat(path: str) -> list | None:
@@ -92,32 +93,38 @@ def _current(path: str, recorded: list | None) -> list | None:
     return None if digest is None else [*stat, digest]
 
 
+def _deps_log(build: Path) -> list | None:
+    return _stat(str(build / ".ninja_deps"))
+
+
 def prepare(build: Path, project: Path, ninja: str) -> Inputs:
     """Before Ninja runs: removes the outputs built from a project file whose content is not the
     one recorded after the last successful build (all of them without a record)."""
     project = project.resolve()
-    deps = ninja_deps(build, ninja)
     record = _record(build)
     now: dict[str, list] = {}
-    if record is None:
-        stale = set(deps)
-    else:
-        changed = set()
-        for path, recorded in record.items():
-            current = _current(path, recorded if isinstance(recorded, list) else None)
-            if current is not None:
-                now[path] = current
-            if current is None or current[4] != (recorded or [None] * 5)[4]:
-                changed.add(path)
-        stale = {out for out, files in deps.items() if changed.intersection(files)}
-    for out in stale:
-        (build / out).unlink(missing_ok=True)
-    return Inputs(build, project, ninja, now)
+    changed = set()
+    for path, recorded in (record or {}).items():
+        current = _current(path, recorded if isinstance(recorded, list) else None)
+        if current is not None:
+            now[path] = current
+        if current is None or current[4] != (recorded or [None] * 5)[4]:
+            changed.add(path)
+    if record is None or changed:
+        deps = ninja_deps(build, ninja)
+        stale = set(deps) if record is None else {
+            out for out, files in deps.items() if changed.intersection(files)}
+        for out in stale:
+            (build / out).unlink(missing_ok=True)
+    unchanged_log = record is not None and not changed and now == record
+    return Inputs(build, project, ninja, now, _deps_log(build) if unchanged_log else None)
 
 
 def record(inputs: Inputs) -> None:
     """After a successful build: the content of every project file it read. A file whose status
     changed during the build is recorded as unknown, so the next build compiles it again."""
+    if inputs.log is not None and _deps_log(inputs.build) == inputs.log:
+        return  # nothing was compiled and nothing changed: the record stands
     files: dict[str, list] = {}
     for out_files in ninja_deps(inputs.build, inputs.ninja).values():
         for path in out_files:
