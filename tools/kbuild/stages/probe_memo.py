@@ -62,9 +62,13 @@ def folder_fingerprint(folder: Path) -> str:
 def snapshot(folder: Path) -> list:
     """The shipped files of `folder` as the file system has them: any write, replacement,
     addition or removal changes it (cheap: no file is read)."""
-    out = []
+    out: list = []
     for path in shipped_files(folder):
-        st = path.stat()
+        try:
+            st = path.stat()
+        except OSError:  # gone meanwhile: the snapshot after the load will differ
+            out.append([path.relative_to(folder).as_posix(), None])
+            continue
         out.append([path.relative_to(folder).as_posix(), st.st_ino, st.st_size, st.st_mtime_ns,
                     st.st_ctime_ns])
     return out
@@ -90,7 +94,10 @@ def key(variant: Path, python: str) -> str | None:
     if identity is None:
         return None
     env = sorted((k, v) for k, v in os.environ.items() if _LOADER_ENV.match(k))
-    text = json.dumps([folder_fingerprint(variant), identity, env])
+    try:
+        text = json.dumps([folder_fingerprint(variant), identity, env])
+    except OSError:  # a file changed under us: no memo this time
+        return None
     return hashlib.sha256(text.encode()).hexdigest()
 
 
