@@ -246,6 +246,16 @@ class HubServer(RepoRoutes, WriteRoutes, DiscussionRoutes):
 
 
 
+def token_problem(option: str, value: str | None) -> str | None:
+    """Why a token given on the command line could never match what a client sends (HTTP drops
+    the spaces around a header's value), or None."""
+    if value is not None and not value.strip():
+        return f"{option} is empty (or blank): no client can send that token"
+    if value is not None and (value != value.strip() or not value.isprintable() or " " in value):
+        return f"{option} {value!r} holds spaces or control characters: no client can send it"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run a Hub-compatible test server on 127.0.0.1.")
     parser.add_argument("--port", type=int, default=0)
@@ -254,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="persist the store here")
     parser.add_argument("--untrusted", action="store_true", help="report trustedKernelPublisher=false")
     args = parser.parse_args(argv)
+    for option, value in (("--token", args.token), ("--read-token", args.read_token)):
+        if token_problem(option, value):
+            parser.error(token_problem(option, value))
     if args.read_token is not None and (args.token is None or args.read_token == args.token):
         parser.error("--read-token needs a different --token (without one, no token is checked)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -130,6 +130,26 @@ def fresh_copy(built: Path, dst: Path, parts=("build.toml", "csrc", "torch-ext",
     return dst
 
 
+def as_variant(variant: Path, name: str) -> Path:
+    """A copy of a built variant folder next to it as variant `name` (a name of the same length),
+    as a build for that variant would have made it: the name its `.so` records (which check
+    compares with the folder's) and the digest follow."""
+    import json
+
+    from kbuild.core.built import digest_files
+    other = variant.with_name(name)
+    shutil.copytree(variant, other)
+    for so in other.glob("*.so"):
+        data = so.read_bytes()
+        old, new = variant.name.encode() + b"\0", name.encode() + b"\0"
+        assert len(old) == len(new) and data.count(old) == 1, (variant.name, name)
+        so.write_bytes(data.replace(old, new))
+    meta = json.loads((other / "metadata.json").read_text())
+    meta["digest"]["files"] = digest_files(other)
+    (other / "metadata.json").write_text(json.dumps(meta, indent=2))
+    return other
+
+
 def cached(cmd: list[str]) -> list[str]:
     """`cmd` (a compile) through the run's compiler cache, as builds use it (see conftest.py)."""
     from kbuild.stages.compile import compiler_launcher

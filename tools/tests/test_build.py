@@ -77,6 +77,15 @@ def test_no_op_rebuild_recompiles_nothing(project):
     changed = [p.name for p in work.rglob("*.o") if p.stat().st_mtime_ns != objects[p]]
     assert sorted(changed) == ["extension.cpp.o", "torch_binding.cpp.o"]
     assert check_variant(fourth.path).ok
+    # A source replaced by another file with an OLDER mtime (mv, cp -p, tar -x, rsync -a): Ninja
+    # would keep the old object; the build compiles what the file now says (stages/inputs.py).
+    source = project / "csrc" / "img2gray_cpu.cpp"
+    older = source.with_name("replacement.cpp")
+    older.write_text(source.read_text() + 'extern "C" const char replaced[] = "by-an-older-file";\n')
+    os.utime(older, ns=(10**18, 10**18))
+    older.replace(source)
+    fifth = build_cpu(project)
+    assert b"by-an-older-file" in (fifth.path / f"{fifth.kernel_id}.abi3.so").read_bytes()
 
 
 def test_check_detects_tampering(builds, tmp_path):
@@ -225,3 +234,18 @@ def test_another_compiler_reconfigures(project, monkeypatch, tmp_path):
     after = stamp.read_text()
     assert after != before and f"-DCMAKE_CXX_COMPILER={other}" in after
     assert not result.changed  # same compiler underneath: byte-identical output
+
+
+def test_a_cache_folder_that_cannot_be_written_is_warned_about_and_built_without(project, tmp_path,
+                                                                                capfd, monkeypatch):
+    """$KBUILD_CACHE_DIR read-only, not a folder, or full: its caches (configure seeds,
+    precompiled headers, load memos) are optional, so the build goes on without them, with a
+    warning that names the folder."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(blocked))
+    result = build_cpu(project)
+    assert check_variant(result.path).ok
+    warned = capfd.readouterr().err
+    assert f"warning: the CMake configure cache cannot be used: {blocked / 'cmake'}" in warned, warned
+    assert "going on without it" in warned and "Traceback" not in warned

@@ -104,6 +104,30 @@ def test_sigterm_stops_the_precompiled_header_being_made(tmp_path, real_compiles
     assert complete_variants(project / "build") == []
 
 
+def test_sigterm_to_the_builder_alone_stops_ninja_and_its_compilers(tmp_path, real_compiles,
+                                                                   monkeypatch):
+    """SIGTERM to kbuild only (not its process group; CMake does not pass it on): kbuild ends
+    the compile's own process group, whose Ninja stops its compilers, and exits once none is
+    left; a rebuild started at once waits for that (the variant's lock), never beside them."""
+    project = copy_project(tmp_path / "p")
+    beside: list[list[int]] = []
+
+    def compile_variant(*args, **kw):  # the rebuild's compile starts: what else compiles here?
+        beside.append(compiler_pids(project))
+        return real_compile(*args, **kw)
+    real_compile = pipeline.compile_variant
+    monkeypatch.setattr(pipeline, "compile_variant", compile_variant)
+    proc = start_build(project)
+    assert wait_for(lambda: compiler_pids(project, "torch_binding")), "the compiler never started"
+    proc.send_signal(signal.SIGTERM)
+    (result,) = pipeline.build(project, backends=["cpu"])  # at once: it waits for the lock
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and "terminated" in stderr, stderr
+    assert "Traceback" not in stderr
+    assert beside == [[]]
+    assert complete_variants(project / "build") == [result.variant]
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

@@ -14,7 +14,7 @@ import pytest
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from kbuild_testing import fresh_copy
+from kbuild_testing import as_variant, fresh_copy
 from kbuild.publish import hub as hub_client
 from kbuild.publish import upload as publish
 from kbuild.core.errors import BuildError
@@ -395,8 +395,7 @@ def test_skips_variants_failing_check(hub, proj):
     variant = variant_of(proj)
     (variant / "__pycache__").mkdir()  # bytecode is never uploaded, so it does not fail a variant
     (variant / "__pycache__" / "_ops.cpython-311.pyc").write_bytes(b"junk")
-    broken = variant.with_name("torch212-cxx11-cpu-x86_64-linux")
-    shutil.copytree(variant, broken)
+    broken = as_variant(variant, "torch212-cxx11-cpu-x86_64-linux")
     (broken / "__init__.py").write_text("# edited after the build\n")
     result, logs = do_upload(hub, proj)
     assert result.variants == [variant.name]

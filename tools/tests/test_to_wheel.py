@@ -22,7 +22,7 @@ from kbuild.core.built import BuiltVariant, digest_files
 from kbuild.publish import wheel as publish
 from kbuild.core.errors import BuildError
 from kbuild.publish.wheel import build_wheel, wheel_tags
-from kbuild_testing import fresh_copy
+from kbuild_testing import as_variant, fresh_copy
 from test_publish import REPO, client_env, do_upload, hub, kbuild_cli, variant_of  # noqa: F401
 
 TORCH = torch.__version__.split("+")[0]
@@ -196,8 +196,7 @@ def test_pip_installs_the_right_wheel_into_a_fresh_venv_and_the_op_runs(proj, tm
     python = wheel_env()
     variant = variant_of(proj)
     # A decoy for another torch in the same folder: pip must pick the wheel for the torch it has.
-    decoy = variant.with_name(variant.name.replace(f"torch{TORCH_MM}", "torch299"))
-    shutil.copytree(variant, decoy)
+    as_variant(variant, variant.name.replace(f"torch{TORCH_MM}", "torch299"))
     dist = tmp_path / "dist"
     result = subprocess.run([sys.executable, "-m", "kbuild", "to-wheel", proj, "--out", dist],
                             capture_output=True, text=True, timeout=120)

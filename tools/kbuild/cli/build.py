@@ -71,8 +71,6 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     from ..stages.torch_install import local_capabilities
     python = target_python(python)
     local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
-    if local:
-        warn(f"a local build for CUDA capabilities {', '.join(local)} only: not publishable")
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
                                  build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
@@ -171,7 +169,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
 @app.command()
 def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/) and built variants (build/<variant>/), nothing else."""
-    import shutil
+    from ..core.removal import remove_tree
 
     layout = Layout.of(project)
     removed = []
@@ -182,15 +180,14 @@ def clean(project: ProjectArg = Path(".")) -> None:
         return path.is_symlink()
 
     work = layout.work
-    if not unfollowed(work) and work.is_dir():
-        shutil.rmtree(work)
+    if not unfollowed(work) and work.is_dir() and remove_tree(work, warn):
         removed.append(work)
     build_root = layout.build_dir
     if not unfollowed(build_root) and build_root.is_dir():
         for variant in sorted(build_root.iterdir()):
             if not unfollowed(variant) and variant.is_dir() and (variant / "metadata.json").is_file():
-                shutil.rmtree(variant)
-                removed.append(variant)
+                if remove_tree(variant, warn):
+                    removed.append(variant)
         if not any(build_root.iterdir()):
             build_root.rmdir()
     for path in removed:

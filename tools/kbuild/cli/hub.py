@@ -29,7 +29,12 @@ def serve(
     """Serve the Hub's HTTP API so `upload`, `to-wheel --repo-id` and `kernels.get_kernel` work
     against it: export the printed HF_ENDPOINT in the clients' shell."""
     from kbuild_hub import HubServer
+    from kbuild_hub.server import token_problem
 
+    for option, value in (("--token", token), ("--read-token", read_token)):
+        if token_problem(option, value):
+            raise BuildError(token_problem(option, value), hint="pass the token the clients use "
+                             "as HF_TOKEN, or leave --token out for a server that checks none")
     if read_token is not None and token is None:
         raise BuildError("--read-token needs --token: without a write token this server checks no "
                          "token at all", hint="pass --token as well")

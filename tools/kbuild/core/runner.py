@@ -2,7 +2,8 @@
 
 - `capture`: a short query (git, nvcc --version, an interpreter probe); output as text.
 - `run_logged`: a long step (configure, compile, install) whose output goes to a log file;
-  a failure becomes one BuildError with the log's tail and its path.
+  a failure becomes one BuildError with the log's tail and its path. It runs in a process group
+  of its own, ended (and waited for) when this process is interrupted or terminated.
 - `spawn_logged`: the same in its own process group, for callers that poll and may stop it
   (`stop` ends such groups).
 - `stream`: a program whose output the caller shows line by line as it comes (a test run).
@@ -53,28 +54,31 @@ def run_logged(cmd: list[str], log: Path, what: str, *, env: Mapping[str, str] |
                hint: str = "fix the error shown above", tail: int = 25,
                on_line: Callable[[str], None] | None = None) -> None:
     """Runs `cmd`, appending its output to `log`; raises BuildError (with the log's tail) on failure.
-    `on_line` sees each output line as it comes (progress)."""
+    `on_line` sees each output line as it comes (progress). It runs in a process group of its
+    own: interrupted or terminated, this process ends that group (a build's Ninja passes the
+    signal on to its compilers) and waits until none of it is left."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as f:
         f.write(_header(cmd))
         f.flush()
-        if on_line is None:
-            code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                  env=None if env is None else dict(env)).returncode
-        else:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    env=None if env is None else dict(env), text=True,
-                                    errors="replace", bufsize=1)
-            assert proc.stdout is not None
-            try:
+        piped = on_line is not None
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if piped else f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=None if env is None else dict(env), text=True,
+                                errors="replace", bufsize=1, start_new_session=True)
+        try:
+            if piped:
+                assert proc.stdout is not None and on_line is not None
                 for line in proc.stdout:
                     f.write(line)
                     on_line(line.rstrip("\n"))
-            except BaseException:  # interrupted or terminated: the tool ends what it started
-                proc.terminate()
-                raise
-            finally:
-                code = proc.wait()
+            code = proc.wait()
+        except BaseException:  # interrupted or terminated: what it started ends with it
+            stop([proc])
+            raise
+        finally:
+            if proc.stdout:
+                proc.stdout.close()
     if code != 0:
         raise BuildError(f"{what} failed (exit {code}); full log: {log}\n    "
                          + "\n    ".join(log_tail(log, tail)), hint=hint)
@@ -99,9 +103,21 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
         pass
 
 
+def _group_left(proc: subprocess.Popen) -> bool:
+    """Whether a process of the group `proc` leads is still running (once `proc` is reaped)."""
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
     """Ends the process groups of `procs`: SIGTERM, then SIGKILL for those still running after
-    `grace` seconds."""
+    `grace` seconds; returns once no process of them is left (the leader may end first: its
+    group can still hold a Ninja that stops its compilers)."""
     for p in procs:
         kill_group(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -110,6 +126,16 @@ def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             kill_group(p, signal.SIGKILL)
+            p.wait()
+    for p in procs:
+        killed = False
+        while _group_left(p):
+            if time.monotonic() > deadline:
+                if killed:
+                    break  # (a process of another user in it: nothing more to do)
+                kill_group(p, signal.SIGKILL)
+                killed, deadline = True, time.monotonic() + grace
+            time.sleep(0.02)
 
 
 def stream(cmd: list[str], on_line: Callable[[str], None], *, cwd: Path | str | None = None,

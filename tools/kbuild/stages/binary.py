@@ -6,6 +6,7 @@
 - `cuda_code` / `cuda_coverage_problems`: the SASS and PTX in the CUDA fat binary
   (`.nv_fatbin`), and the declared capabilities it cannot run on.
 - `rocm_targets` / `rocm_coverage_problems`: the same for HIP offload bundles (`.hip_fatbin`).
+- `built_as`: the variant name this builder compiled it as (`.kbuild.variant`).
 """
 
 from __future__ import annotations
@@ -297,6 +298,22 @@ _NON_STABLE = re.compile(r"^_ZN[KVRO]*(?:3c10|2at|5torch(?!6stable))")
 def non_stable_symbols(so: Path) -> list[str]:
     """Undefined symbols of `so` from torch's C++ API, which a stable-ABI build must not use."""
     return sorted(n for n in undefined_symbols(so, weak=True) if _NON_STABLE.match(n))
+
+
+# --- what it was built as ----------------------------------------------------------------------
+
+BUILT_AS = ".kbuild.variant"  # resources/templates/extension.cpp writes the variant's name there
+
+
+def built_as(so: Path) -> str | None:
+    """The variant name this builder compiled `so` as, or None (built elsewhere, or unreadable)."""
+    try:
+        with so.open("rb") as f:
+            section = ELFFile(f).get_section_by_name(BUILT_AS)
+            data = section.data() if section is not None else None
+    except Exception:  # not an ELF file: the ABI check says so
+        return None
+    return data.split(b"\0", 1)[0].decode("ascii", "replace") if data else None
 
 
 # --- CUDA fat binaries -----------------------------------------------------------------------

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
 import os
 import re
 import sys
@@ -16,10 +14,10 @@ from pathlib import Path
 from ..core.backend import Backend
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
-from ..core.runner import Worker, capture
+from ..core.runner import Worker
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
-from . import binary, deps
+from . import binary, probe_memo
 
 MANYLINUX = "manylinux_2_28"
 PYTHON_ABI = "3.9"
@@ -42,7 +40,9 @@ class Problem(str):
         return obj
 
 
-BYTECODE = "layout.bytecode"  # __pycache__/.pyc in a variant: never shipped, so not fatal to upload
+# __pycache__/ in a variant: never shipped and never read by the load, so not fatal to upload.
+# (A .pyc outside __pycache__/ is: Python imports it where its source is missing.)
+BYTECODE = "layout.bytecode"
 
 
 @dataclass
@@ -202,9 +202,13 @@ def layout_problems(built: BuiltVariant) -> list[Problem]:
     for required in ("__init__.py", "_ops.py"):
         if not (variant / required).is_file():
             problems.append(Problem("layout.missing", f"layout: {required} is missing"))
-    junk = [p for p in variant.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
-    problems += [Problem(BYTECODE, f"layout: {p.relative_to(variant)} must not be shipped")
-                 for p in junk]
+    for p in sorted(variant.rglob("*")):
+        rel = p.relative_to(variant)
+        if p.name == "__pycache__" or "__pycache__" in rel.parts:
+            problems.append(Problem(BYTECODE, f"layout: {rel} must not be shipped"))
+        elif p.suffix == ".pyc":
+            problems.append(Problem("layout.pyc", f"layout: {rel} is bytecode without its source"
+                                    " (it would be imported, and it does not ship)"))
     sos = sorted(variant.glob("*.so"))
     kid = meta.id
     if parsed.is_noarch:
@@ -220,6 +224,17 @@ def layout_problems(built: BuiltVariant) -> list[Problem]:
         problems.append(Problem("metadata.id", f"metadata.json: id {kid!r} does not start with "
                                              f"_{name.replace('-', '_')}_"))
     return problems
+
+
+def name_problems(built: BuiltVariant, so: Path) -> list[Problem]:
+    """The folder's name against the variant its binary was built as (recorded by this builder
+    in the `.so`; binaries without the record are not judged): `kernels` picks a folder by its
+    name, so a renamed one would be loaded by a torch it was not built for."""
+    built_as = binary.built_as(so)
+    if built_as is None or built_as == built.name:
+        return []
+    return [Problem("layout.name-binary", f"layout: folder {built.name} holds {so.name}, built as "
+                    f"{built_as}; kernels would load it as {built.name}")]
 
 
 def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
@@ -279,63 +294,19 @@ PROBERS = Probers()
 atexit.register(PROBERS.close)
 
 
-PROBE_MEMO_VAR = "KBUILD_PROBE_MEMO"  # "off": every check loads its variants again
-# What, besides the interpreter's files, a `kernels` load of a variant folder depends on.
-_LOADER_ENV = re.compile(r"^(LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|PYTHONHOME|PYTHONSAFEPATH"
-                         r"|LOCAL_KERNELS|(CUDA|TORCH|PYTORCH|KERNELS)_\w*)$")
-_IDENTITIES: dict[str, str | None] = {}
-
-
-def loader_identity(python: str) -> str | None:
-    """The target interpreter as a `kernels` load sees it (resources/scripts/loader_identity.py:
-    its path, module path, and torch/kernels/huggingface_hub with a fingerprint of their files),
-    read once per process; None when it cannot be read."""
-    if python not in _IDENTITIES:
-        script = resources.files("kbuild") / "resources" / "scripts" / "loader_identity.py"
-        proc = capture([python, str(script)], timeout=120)
-        out = proc.stdout.strip()
-        _IDENTITIES[python] = out if proc.returncode == 0 and out.startswith("{") else None
-    return _IDENTITIES[python]
-
-
-def folder_fingerprint(folder: Path) -> str:
-    """sha256 of every file of `folder` (path and bytes; bytecode left out)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if "__pycache__" not in p.parts):
-        if path.is_file() or path.is_symlink():
-            digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(path.read_bytes()).digest() if path.is_file() else b"link")
-    return digest.hexdigest()
-
-
-def probe_memo(variant: Path, python: str) -> Path | None:
-    """Where the user's cache remembers that these very files loaded with `kernels` in this
-    interpreter (same packages, same loader environment), or None (memo off or unusable)."""
-    if os.environ.get(PROBE_MEMO_VAR, "").strip().lower() in ("off", "0", "no", "false"):
-        return None
-    identity = loader_identity(python)
-    if identity is None:
-        return None
-    env = sorted((k, v) for k, v in os.environ.items() if _LOADER_ENV.match(k))
-    key = json.dumps([folder_fingerprint(variant), identity, env])
-    return deps.memo_file("probed", hashlib.sha256(key.encode()).hexdigest())
-
-
 def probe_load(variant: Path, python: str | None, kid: str) -> dict:
     """Loads `variant` with the real `kernels` in `python`, unless these very files loaded there
-    before (the user's cache remembers successes only: a failure is loaded again every time)."""
+    before and what that load depended on is unchanged (stages/probe_memo.py: successes only, a
+    failure is loaded again every time)."""
     python = python or sys.executable
-    memo = probe_memo(variant, python)
-    remembered = deps.read_memo(memo)
-    if remembered is not None:
-        try:
-            return {"loadable": True, "reason": "", "ops": list(json.loads(remembered)["ops"]),
-                    "remembered": True}
-        except (ValueError, KeyError, TypeError):
-            pass
+    before = probe_memo.snapshot(variant)
+    memo_key = probe_memo.key(variant, python)
+    ops = probe_memo.recall(memo_key)
+    if ops is not None:
+        return {"loadable": True, "reason": "", "ops": ops, "remembered": True}
     result = PROBERS.probe(variant, python, kid)
     if result["loadable"]:
-        deps.write_memo(memo, json.dumps({"ops": result["ops"]}))
+        probe_memo.remember(memo_key, before, variant, result["ops"], result.get("files", []))
     return result
 
 
@@ -355,7 +326,9 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
     for so in sorted(built.path.rglob("*.so")):
         report.problems += abi_problems(so)
         report.problems += variant_code_problems(built, so)
-    if load and not report.problems:
+        report.problems += name_problems(built, so)
+    # Bytecode does not ship and the load does not read it: it never excuses the load.
+    if load and all(p.code == BYTECODE for p in report.problems):
         result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True

@@ -14,7 +14,7 @@ from typing import Callable
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.runner import capture, run_logged
-from . import configure_seed, dist, pch
+from . import configure_seed, dist, inputs, pch
 from .generate import BUILD_FOLDER
 from .schedule import ninja_steps
 from .plan import VariantPlan
@@ -311,6 +311,7 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
             return
         except BuildError:
             empty_build()
+            configure_seed.forget(key)  # replaced by this configure's
             note("the configure from a seed failed: again from an empty folder")
     run_logged(args, log, "CMake configure", env=env, on_line=on_line)
     configure_seed.save(key, src, build)
@@ -353,6 +354,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher, env)
+    sources = inputs.prepare(build, plan.project, _tool("ninja"))  # by content, not by mtime
     header, maker = (pch.Outcome("off", pch_off) if pch_off else None), None
     try:  # from the header's start: a signal stops it and leaves no half-made entry
         if pch_off is None:
@@ -362,6 +364,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
         if maker:
             maker.cancel()
         raise
+    inputs.record(sources)
     steps = ninja_steps(build, since)
     if maker:
         header = maker.settle(steps)

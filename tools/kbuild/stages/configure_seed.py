@@ -11,6 +11,9 @@ compiler identification, where nvcc compiles a test program: ~1.5 s of a 1.6 s C
   folder is what CMake itself leaves for a second configure of the same tree (same compile lines
   and rules; tests/unit/test_configure_seed.py). A configure that fails from a seed runs again
   from an empty folder.
+- A seed whose configure fails is replaced by the one from the empty folder; a cache that
+  cannot be written (read-only, full) is warned about once and left alone, with nothing
+  half-written in it.
 - KBUILD_CONFIGURE_SEED=off turns it off.
 """
 
@@ -23,7 +26,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ..core.errors import BuildError
+from ..core.switches import switch
 from . import deps
 
 SEED_VAR = "KBUILD_CONFIGURE_SEED"
@@ -35,7 +38,7 @@ _VERSION_DIR = re.compile(r"^\d+\.\d+[\w.-]*$")
 
 
 def enabled() -> bool:
-    return os.environ.get(SEED_VAR, "").strip().lower() not in ("off", "0", "no", "false")
+    return switch(SEED_VAR)
 
 
 def _identity(path: str | None) -> list | None:
@@ -76,8 +79,11 @@ def _paths(text: str, src: Path, build: Path) -> str:
     return text.replace(BUILD, str(build)).replace(SOURCE, str(src))
 
 
-def _store() -> Path:
-    return deps.trusted_base(deps.cache_root(), "cmake", "the CMake configure cache")
+WHAT = "the CMake configure cache"
+
+
+def _store() -> Path | None:
+    return deps.optional_base("cmake", WHAT)
 
 
 def _version_dir(build: Path) -> Path | None:
@@ -104,12 +110,10 @@ def _entry_files(entry: Path) -> list[Path] | None:
 
 def restore(key: str, src: Path, build: Path) -> bool:
     """Fills the empty `build` from the seed of `key`; whether there was one."""
-    if not enabled():
+    root = _store() if enabled() else None
+    if root is None:
         return False
-    try:
-        entry = _store() / key
-    except BuildError:
-        return False
+    entry = root / key
     files = _entry_files(entry) if entry.is_dir() else None
     if not files:
         return False
@@ -134,23 +138,42 @@ def save(key: str, src: Path, build: Path) -> None:
         except (OSError, UnicodeDecodeError):
             return
         texts[path.relative_to(build).as_posix()] = text
-    try:
-        root = _store()
-    except BuildError:
+    root = _store()
+    if root is None:
         return
     entry, tmp = root / key, root / f"{key}.tmp{os.getpid()}"
     if entry.exists():
         return
     shutil.rmtree(tmp, ignore_errors=True)
-    for name, text in texts.items():
-        path = tmp / name
-        for folder in reversed([*path.relative_to(root).parents][:-1]):
-            deps.make_private_dir(root / folder)
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o644)
+    try:
+        for name, text in texts.items():
+            path = tmp / name
+            for folder in reversed([*path.relative_to(root).parents][:-1]):
+                deps.make_private_dir(root / folder)
+            path.write_text(text, encoding="utf-8")
+            path.chmod(0o644)
+    except OSError as e:  # a full disk: no half-written seed is left
+        shutil.rmtree(tmp, ignore_errors=True)
+        deps.unwritable(WHAT, root, e)
+        return
     try:
         os.rename(tmp, entry)
     except OSError:  # saved by another build meanwhile
         shutil.rmtree(tmp, ignore_errors=True)
     deps.prune_entries(root, KEEP)
+
+
+def forget(key: str) -> None:
+    """Removes the seed of `key` (its configure failed), so that the next save replaces it."""
+    root = _store()
+    entry = root / key if root is not None else None
+    if entry is None or not entry.is_dir():
+        return
+    aside = root / f"{key}.tmp{os.getpid()}"
+    try:
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(entry, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 

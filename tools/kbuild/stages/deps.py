@@ -52,11 +52,35 @@ def memo_file(folder: str, key: str) -> Path | None:
     """$KBUILD_CACHE_DIR/`folder`/`key`: where a check's success is remembered (the file's
     presence, or its JSON), if that cache is safe to trust: the folder and those above it owned
     by you (or root) and writable by no one else. None where it is not."""
+    base = optional_base(folder, "the load-check memo")
+    return base / key if base is not None else None
+
+
+_WARNED: set[str] = set()
+
+
+def without_cache(reason: str) -> str:
+    """Says once per process (on stderr) that the build goes on without an optional cache (a
+    configure seed, a precompiled header, a memo), and why; returns the reason."""
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        _stderr_warning(f"{reason}; going on without it")
+    return reason
+
+
+def optional_base(name: str, what: str) -> Path | None:
+    """$KBUILD_CACHE_DIR/`name` for a cache the build can do without, or None (with a warning
+    naming the folder) where it cannot be used: read-only, not writable, unsafe."""
     try:
-        base = trusted_base(cache_root(), folder, "the load-check memo")
-    except (BuildError, OSError):
+        return trusted_base(cache_root(), name, what)
+    except BuildError as e:
+        without_cache(e.message)
         return None
-    return base / key
+
+
+def unwritable(what: str, path: Path, error: OSError) -> str:
+    """The reason a cache entry could not be written (a full disk, a read-only folder)."""
+    return without_cache(f"{what}: cannot write {path}: {error.strerror or error}")
 
 
 def read_memo(path: Path | None) -> str | None:
@@ -85,8 +109,9 @@ def write_memo(path: Path | None, text: str = "") -> None:
         tmp.write_text(text, encoding="utf-8")
         tmp.chmod(0o644)
         os.replace(tmp, path)
-    except OSError:
+    except OSError as e:
         tmp.unlink(missing_ok=True)
+        unwritable("the load-check memo", path.parent, e)
 
 
 def _alive(pid: int) -> bool:
@@ -120,12 +145,19 @@ def prune_entries(root: Path, keep: int) -> None:
 
 def trusted_base(root: Path, name: str = "cutlass", what: str = "the CUTLASS header cache") -> Path:
     """`root`/`name`, created if missing, after checking that only you (or root) can change it
-    or any folder above it; a BuildError otherwise."""
-    make_private_dir(root)
+    or any folder above it; a BuildError naming the folder otherwise (also where it cannot be
+    created: read-only, a file in the way, a full disk)."""
     base = root / name
-    make_private_dir(base)
-    for path in [base, root, *root.parents]:
-        problem = unsafe_reason(path.lstat(), sticky_ok=path not in (base, root))
+    try:
+        make_private_dir(root)
+        make_private_dir(base)
+        stats = [(path, path.lstat()) for path in [base, root, *root.parents]]
+    except OSError as e:
+        raise BuildError(f"{what} cannot be used: {e.filename or base}: {e.strerror or e}",
+                         hint=f"make {root} a folder you can write, or set {CACHE_VAR} to one"
+                         ) from None
+    for path, st in stats:
+        problem = unsafe_reason(st, sticky_ok=path not in (base, root))
         if problem:
             raise BuildError(f"{what} cannot be trusted: {path}: {problem}",
                              hint=f"make it yours and not writable by others (chmod go-w), or set "

@@ -295,5 +295,6 @@ def generate(plan: VariantPlan) -> Path:
         write_if_changed(out / "plan.cmake", cmake)
         for name in ("CMakeLists.txt", "registration.h", "abi_shim.cpp", "torch_pch.h"):
             write_if_changed(out / name, template(name))
-        write_if_changed(out / "extension.cpp", template("extension.cpp").replace("@ID@", plan.kernel_id))
+        write_if_changed(out / "extension.cpp", template("extension.cpp").replace(
+            "@ID@", plan.kernel_id).replace("@VARIANT@", plan.name))
     return out

@@ -14,10 +14,16 @@ for this compiler, these flags and these headers exists, GCC reads that instead.
   the project (its -I folders, TORCH_EXTENSION_NAME, the prefix maps of the project and build
   folders, dependency and output options), so other projects on the same environment share it.
   Kept in $KBUILD_CACHE_DIR/pch/<key>/, the key a hash of that line and the compiler's identity,
-  with the size and mtime of every file GCC read for it, and `torch_pch.h.gch.sum` (the
-  header's sha256): ccache hashes that file instead of the ~250 MB header
-  (pch_external_checksum), so a compiler-cache hit of the binding takes 0.01 s, not 0.8 s.
-- Used: only when every one of those files is unchanged and no folder of the project's include
+  with the size, mtime and sha256 of every file GCC read for it and the header's own sha256, and
+  `torch_pch.h.gch.sum`: ccache hashes that file instead of the ~250 MB header
+  (pch_external_checksum), so a compiler-cache hit of the binding takes 0.01 s, not 0.8 s. The
+  sum is the sha256 of what the header was made from (its text and the content of every file
+  GCC read), not of its bytes: GCC's header holds the folder it was made in and values of the
+  process that made it, so the same headers made again give other bytes but the same sum, and
+  the binding's compiler-cache entries keep matching.
+- Used: only when the header is still the bytes it was made as (its sha256, checked whenever
+  its inode, size, mtime or status-change time moved), every one of those files is unchanged,
+  and no folder of the project's include
   path holds a file that would have been found instead of one of torch's. Otherwise, or while
   none exists, the binding compiles from source as before, and the header is made beside the
   build (in parallel) for the next one. GCC itself refuses a `.gch` of other options
@@ -38,6 +44,7 @@ from pathlib import Path
 
 from ..core.errors import BuildError
 from ..core.runner import Process, capture, spawn_logged, stop
+from ..core.switches import switch
 from . import deps
 from .plan import VariantPlan
 
@@ -99,7 +106,7 @@ def _is_gcc(cxx: str) -> bool:
 
 def off_reason(plan: VariantPlan, cxx: str, launcher: str | None) -> str | None:
     """Why this build compiles its binding without the precompiled header (None: it uses it)."""
-    if os.environ.get(PCH_VAR, "").strip().lower() in ("off", "0", "no", "false"):
+    if not switch(PCH_VAR):
         return f"{PCH_VAR}=off"
     if launcher and "sccache" in Path(launcher).name:
         return "sccache does not key on it"
@@ -184,6 +191,21 @@ def _stamp(path: str) -> list | None:
     return [path, st.st_size, st.st_mtime_ns]
 
 
+def _file_stamp(path: Path) -> list | None:
+    """What a replacement or a rewrite of a file changes: inode, size, mtime, status-change time."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def made_from(files: list[list]) -> str:
+    """The header's sum: sha256 of its text and of the content of every file GCC read."""
+    read = sorted([path, digest] for path, _, _, digest in files)
+    return hashlib.sha256(json.dumps([header_text(), read]).encode()).hexdigest()
+
+
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -223,9 +245,12 @@ def read_depfile(path: Path) -> list[str]:
     return names
 
 
+WHAT = "the precompiled-header cache"
+
+
 def store() -> Path:
     """$KBUILD_CACHE_DIR/pch, once only you (or root) can change it and the folders above it."""
-    return deps.trusted_base(deps.cache_root(), "pch", "the precompiled-header cache")
+    return deps.trusted_base(deps.cache_root(), "pch", WHAT)
 
 
 def _record(entry: Path) -> dict | None:
@@ -248,6 +273,9 @@ def stale(entry: Path) -> str | None:
     record = _record(entry)
     if record is None:
         return "incomplete"
+    header = entry / f"{HEADER}.gch"
+    if _file_stamp(header) != record.get("header") and _sha256(str(header)) != record.get("sha256"):
+        return f"{header} is not the header that was made"  # replaced behind its sum
     for path, size, mtime, digest in record["files"]:
         now = _stamp(path)
         if now is None or now[1] != size:
@@ -303,16 +331,22 @@ class Maker:
     def _finish(self) -> Outcome:
         code = self.proc.wait()
         seconds = time.monotonic() - self.started
-        if code != 0 or not (self.tmp / f"{HEADER}.gch").is_file():
+        header = self.tmp / f"{HEADER}.gch"
+        if code != 0 or not header.is_file():
             shutil.copyfile(self.tmp / "make.log", self.failure_log)
             shutil.rmtree(self.tmp, ignore_errors=True)
             return Outcome("failed", f"exit {code}; see {self.failure_log}")
         files = [os.path.realpath(p) for p in read_depfile(self.tmp / "deps.d")]
         files = [f for f in files if not f.startswith(str(self.tmp) + "/")]
-        record = {"files": [[*st, _sha256(st[0])] for st in map(_stamp, files) if st],
-                  "system_includes": self.system_includes}
-        (self.tmp / "stamps.json").write_text(json.dumps(record), encoding="utf-8")
-        (self.tmp / SUM).write_text(_sha256(str(self.tmp / f"{HEADER}.gch")) + "\n", encoding="utf-8")
+        stamps = [[*st, _sha256(st[0])] for st in map(_stamp, files) if st]
+        record = {"files": stamps, "system_includes": self.system_includes,
+                  "header": _file_stamp(header), "sha256": _sha256(str(header))}
+        try:
+            (self.tmp / "stamps.json").write_text(json.dumps(record), encoding="utf-8")
+            (self.tmp / SUM).write_text(made_from(stamps) + "\n", encoding="utf-8")
+        except OSError as e:  # a full disk: nothing half-made is kept
+            _discard(self.tmp)
+            return Outcome("failed", deps.unwritable(WHAT, self.tmp.parent, e))
         (self.tmp / "deps.d").unlink(missing_ok=True)
         try:
             os.rename(self.tmp, self.entry)
@@ -375,8 +409,8 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
     key = key_of(flags)
     try:
         root = store()
-    except BuildError as e:
-        return Outcome("off", e.message), None
+    except BuildError as e:  # read-only, not writable, unsafe: the binding compiles without it
+        return Outcome("off", deps.without_cache(e.message)), None
     entry = root / key
     if entry.is_dir() and stale(entry):
         shutil.rmtree(entry, ignore_errors=True)
@@ -402,8 +436,10 @@ def prepare(plan: VariantPlan, work: Path, build: Path, launcher: str | None, ni
         proc = spawn_logged(cmd, tmp / "make.log", cwd=directory)
         return None, Maker(proc, tmp, entry, time.monotonic(), _system_includes(flags),
                            work / "pch-make.log", _output(argv))
-    except BaseException:
+    except BaseException as e:
         if proc is not None:
             stop([proc], grace=2)
         _discard(tmp)
+        if isinstance(e, OSError):  # a full cache: the binding compiles without it
+            return Outcome("off", deps.unwritable(WHAT, root, e)), None
         raise

@@ -146,16 +146,22 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
     if manifest.is_noarch:
-        return [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
-    if on_step:
-        on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
-    torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
-    planned = [plan_variant(project, manifest, torch, b, toolkit=toolkit,
-                            local_capabilities=local_capabilities)
-               for b in backends or default_backends(manifest, torch)]
-    for line in (n for p in planned for n in p.capability_notes):
+        made = [plan_noarch(project, manifest, b) for b in backends or manifest.general.backends]
+    else:
+        if on_step:
+            on_step(Step("", "environment", f"reading the torch of {python or 'this interpreter'}"))
+        torch = read_torch_install(python, cache_file=Layout.of(project).torch_cache)
+        made = [plan_variant(project, manifest, torch, b, toolkit=toolkit,
+                             local_capabilities=local_capabilities)
+                for b in backends or default_backends(manifest, torch)]
+    for p in made if local_capabilities and warn else []:  # said once per variant
+        warn(f"{p.name}: a local build for CUDA capabilities {', '.join(local_capabilities)} "
+             "only: not publishable" if p.local_capabilities else
+             f"{p.name}: --cuda-capabilities does not apply to a variant without CUDA code; "
+             "built as usual (publishable)")
+    for line in (n for p in made for n in p.capability_notes):
         (warn or (lambda _: None))(line)  # kernels a build narrowed or compiles only to link
-    return planned
+    return made
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,

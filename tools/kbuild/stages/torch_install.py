@@ -98,7 +98,7 @@ def read_torch_install(python: str | None = None, *, cache_file: Path | None = N
     return env
 
 
-_CAPABILITY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}[af]?$")
+_CAPABILITY = re.compile(r"^[1-9][0-9]?\.[0-9][af]?$")  # 8.0, 9.0a, 10.0f, 12.1
 _GPU_QUERY = ("import torch\n"
               "n = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
               "print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) for i in range(n)))")
@@ -119,5 +119,6 @@ def local_capabilities(value: str, python: str | None) -> list[str]:
     bad = [c for c in caps if not _CAPABILITY.match(c)]
     if bad or not caps:
         raise BuildError(f"--cuda-capabilities {value!r}: {', '.join(bad) or 'nothing'} is not a "
-                         "CUDA capability", hint="write them like 8.0,9.0 (or 9.0a), or `native`")
+                         "CUDA capability", hint="write them like 8.0,9.0,10.0f (a major from 1, "
+                         "a one-digit minor, optionally a or f), or `native`")
     return list(dict.fromkeys(caps))

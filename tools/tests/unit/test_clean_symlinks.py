@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kbuild.cli.build import clean
 
 
@@ -39,3 +41,51 @@ def test_clean_leaves_what_symlinks_point_to(tmp_path, monkeypatch):
     assert not real.exists() and linked_variant.is_dir()
     assert (project / "build" / linked_variant.name).is_symlink()
 
+
+
+def project_with_mount(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A project whose .kbuild/envs is to be a mount point of `outside`."""
+    outside = tmp_path / "outside"
+    (outside / "env").mkdir(parents=True)
+    (outside / "env" / "python").write_text("precious")
+    project = tmp_path / "project"
+    (project / ".kbuild" / "envs").mkdir(parents=True)
+    (project / ".kbuild" / "variant" / "cmake-build").mkdir(parents=True)
+    (project / ".kbuild" / "variant" / "build.log").write_text("")
+    fake_variant(project / "build" / "torch213-cxx11-cpu-x86_64-linux")
+    return project, project / ".kbuild" / "envs", outside
+
+
+def test_clean_does_not_cross_into_a_mount_point(tmp_path, monkeypatch):
+    """A folder mounted inside .kbuild/ (a bind mount has the same device as its parent, so the
+    mount table says it): left as it is and named; everything else goes."""
+    from kbuild.core import removal
+    warnings: list[str] = []
+    monkeypatch.setattr("kbuild.cli.build.warn", warnings.append)
+    project, envs, outside = project_with_mount(tmp_path)
+    (envs / "env").mkdir()
+    (envs / "env" / "python").write_text("precious")  # as the mount would show `outside`
+    monkeypatch.setattr(removal, "mount_points", lambda: {str(envs)})
+    clean(project)
+    assert (envs / "env" / "python").read_text() == "precious"
+    assert sorted(p.name for p in (project / ".kbuild").iterdir()) == ["envs"]
+    assert not (project / "build").exists()
+    assert warnings == [f"{envs} is a mount point (another file system, or a folder mounted from "
+                        "elsewhere): not removed, nor what holds it; unmount it and run `kbuild "
+                        "clean` again"]
+
+
+def test_clean_leaves_a_real_bind_mount_alone(tmp_path, monkeypatch):
+    """The same with a real bind mount, where this user may mount (root in a container)."""
+    import subprocess
+    project, envs, outside = project_with_mount(tmp_path)
+    if subprocess.run(["mount", "--bind", str(outside), str(envs)], capture_output=True).returncode:
+        pytest.skip("this user cannot bind-mount (the test above covers the rule)")
+    try:
+        warnings: list[str] = []
+        monkeypatch.setattr("kbuild.cli.build.warn", warnings.append)
+        clean(project)
+        assert (outside / "env" / "python").read_text() == "precious"
+        assert len(warnings) == 1 and str(envs) in warnings[0]
+    finally:
+        subprocess.run(["umount", str(envs)], capture_output=True)

@@ -133,6 +133,45 @@ def test_a_broken_seed_configures_from_an_empty_folder(tmp_path, user_cache):
     src, build, log = configure(tmp_path / "second", "cxx")
     assert "compiler checks: from" in log and "again from an empty folder" in log
     assert (build / "build.ninja").is_file()
+    # The broken seed was replaced by that configure's: the next folder configures once.
+    _, build, log = configure(tmp_path / "third", "cxx")
+    assert "compiler checks: from" in log and "again from an empty folder" not in log
+    assert not list((build / "CMakeFiles").glob("*/CompilerId*"))
+    assert [p.name for p in seeds(user_cache)] == [seed.name]
+
+
+def test_a_cache_that_cannot_be_written_is_warned_about_and_skipped(tmp_path, monkeypatch, capsys):
+    """A file where the cache should be (as a read-only or foreign folder would be): one warning
+    naming the folder, and the configure goes on without a seed."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(blocked))
+    _, build, log = configure(tmp_path / "first", "cxx")
+    assert (build / "build.ninja").is_file() and "compiler checks: from" not in log
+    warned = capsys.readouterr().err
+    assert f"the CMake configure cache cannot be used: {blocked / 'cmake'}" in warned, warned
+    assert "going on without it" in warned
+
+
+def test_a_full_disk_leaves_no_half_written_seed(tmp_path, user_cache, monkeypatch, capsys):
+    written = []
+    real_write = Path.write_text
+
+    def full_disk(path, text, *args, **kw):  # the seed's second file does not fit
+        if user_cache in path.parents:
+            if written:
+                raise OSError(28, "No space left on device")
+            written.append(path)
+        return real_write(path, text, *args, **kw)
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    _, build, _ = configure(tmp_path / "first", "cxx")
+    assert (build / "build.ninja").is_file() and written
+    assert seeds(user_cache) == []  # neither a seed nor a half-written folder
+    assert "No space left on device" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(user_cache))
+    configure(tmp_path / "second", "cxx")
+    assert len(seeds(user_cache)) == 1
 
 
 def test_off_neither_keeps_nor_uses_one(tmp_path, user_cache, monkeypatch):

@@ -116,3 +116,35 @@ def test_whoami_reports_the_token_role(hub):
     role = {t: HfApi(endpoint=hub.url, token=t).whoami()["auth"]["accessToken"]["role"]
             for t in (TOKEN, READ_TOKEN)}
     assert role == {TOKEN: "write", READ_TOKEN: "read"}
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--token", ""], "--token"),
+    (["--token", "   "], "--token"),
+    (["--token", " hf_x "], "--token"),
+    (["--token", "hf_a\tb"], "--token"),
+    (["--token", "hf_w", "--read-token", ""], "--read-token"),
+    (["--token", "hf_w", "--read-token", "hf_r "], "--read-token"),
+])
+def test_serve_refuses_a_token_no_client_can_send(args, option, monkeypatch, capsys):
+    """`hub serve --token ""` once said it checked no token and then refused every request; a
+    token with spaces around it could never match (HTTP drops them). Both CLIs refuse them,
+    exit 2, before serving anything."""
+    import sys
+    import time
+
+    from kbuild.cli.app import main
+    from kbuild_hub.server import main as hub_main
+
+    def served(_seconds):  # a server that started would wait here: stop it at once
+        raise KeyboardInterrupt
+    monkeypatch.setattr(time, "sleep", served)
+    monkeypatch.setattr(sys, "argv", ["kbuild", "hub", "serve", "--port", "0", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"error: {option}" in err and "no client can send" in err, err
+    assert "export HF_ENDPOINT" not in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exited:
+        hub_main(["--port", "0", *args])
+    assert exited.value.code == 2 and "no client can send" in capsys.readouterr().err

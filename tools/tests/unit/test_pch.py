@@ -148,8 +148,10 @@ def test_made_once_then_used_with_the_same_bytes(setup):
     shown = subprocess.run([*s.argv[:-2], "-H", "-fsyntax-only", s.argv[-1]], cwd=s.build,
                            capture_output=True, text=True).stderr
     assert f"! {link}" in shown  # GCC's mark for a precompiled header it used
-    digest = hashlib.sha256(link.resolve().read_bytes()).hexdigest()
-    assert (s.work / pch.SUM).resolve().read_text() == digest + "\n"
+    record = json.loads((link.resolve().parent / "stamps.json").read_text())
+    assert record["sha256"] == hashlib.sha256(link.resolve().read_bytes()).hexdigest()
+    assert (s.work / pch.SUM).resolve().read_text() == pch.made_from(record["files"]) + "\n"
+    assert str(s.torch / "torch" / "library.h") in {f[0] for f in record["files"]}
 
 
 def ccache_compile(ccache: str, argv: list[str], cwd: Path, env: dict[str, str]) -> dict[str, int]:
@@ -313,4 +315,69 @@ def test_a_signal_while_the_header_starts_or_finishes_leaves_nothing(setup, monk
         with pytest.raises(KeyboardInterrupt):
             maker.finish()
     assert started and started[0].poll() is not None
+    assert list(pch.store().iterdir()) == []
+
+
+def test_a_header_that_is_not_the_one_made_is_not_used(setup):
+    """A `.gch` replaced behind the sum ccache keys on (the sum unchanged) would give the binding
+    a wrong object under a right key: it is checked against the sha256 it was made with, and
+    made again."""
+    s = setup
+    prepare(s)[1].finish()
+    (entry,) = pch.store().iterdir()
+    header = entry / f"{pch.HEADER}.gch"
+    made = header.stat()
+    data = header.read_bytes()
+    other = header.with_name("other.gch")
+    other.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    os.utime(other, ns=(made.st_atime_ns, made.st_mtime_ns))  # even with its mtime and size
+    other.replace(header)
+    outcome, maker = prepare(s)
+    assert outcome is None and maker is not None  # not used: made again
+    assert not (s.work / f"{pch.HEADER}.gch").exists()
+    maker.finish()
+    assert prepare(s)[0].state == "used"
+    assert hashlib.sha256(header.read_bytes()).hexdigest() == json.loads(
+        (entry / "stamps.json").read_text())["sha256"]
+
+
+def test_the_sum_is_what_the_header_was_made_from_not_its_bytes(setup, tmp_path, monkeypatch):
+    """GCC's header holds the folder it was made in and values of the process that made it:
+    made again (another process, another cache folder) it has other bytes, but its sum, and the
+    binding's compiler-cache key with it, stays; another torch header changes it."""
+    s = setup
+    made = []
+    for cache in ("cache", "another cache", "third"):
+        monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / cache))
+        if cache == "third":
+            library = s.torch / "torch" / "library.h"
+            library.write_text(library.read_text() + "#define TORCH_THIRD 3\n")
+        prepare(s)[1].finish()
+        (entry,) = pch.store().iterdir()
+        made.append(((entry / pch.SUM).read_text(), (entry / f"{pch.HEADER}.gch").read_bytes()))
+    (first, first_bytes), (second, second_bytes), (third, _) = made
+    assert first_bytes != second_bytes and first == second and third != first
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_header_off(setup, tmp_path, monkeypatch, capsys):
+    s = setup
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(blocked))
+    outcome, maker = prepare(s)
+    assert maker is None and outcome.state == "off"
+    assert f"the precompiled-header cache cannot be used: {blocked / 'pch'}" in outcome.detail
+    assert (f"warning: the precompiled-header cache cannot be used: {blocked / 'pch'}"
+            in capsys.readouterr().err)
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    maker = prepare(s)[1]
+    real_write = Path.write_text
+
+    def full_disk(path, *args, **kw):
+        if path.name == pch.SUM:
+            raise OSError(28, "No space left on device")
+        return real_write(path, *args, **kw)
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    outcome = maker.finish()
+    assert outcome.state == "failed" and "No space left on device" in outcome.detail
     assert list(pch.store().iterdir()) == []

@@ -144,8 +144,38 @@ def test_loose_intersection(wanted, targets, expected):
 def test_local_capabilities(monkeypatch):
     from kbuild.stages.torch_install import local_capabilities
     assert local_capabilities("9.0, 8.0,9.0", None) == ["9.0", "8.0"]
-    with pytest.raises(BuildError, match="not a CUDA capability"):
-        local_capabilities("sm_90", None)
+    assert local_capabilities("10.0f,9.0a,12.1", None) == ["10.0f", "9.0a", "12.1"]
+    for bad in ("00.00", "99.99", "0.0", "09.0", "sm_90", "9", "9.0.1", ","):
+        with pytest.raises(BuildError, match="not a CUDA capability") as info:
+            local_capabilities(bad, None)
+        assert str(info.value).startswith(f"--cuda-capabilities {bad!r}")
+        assert "a one-digit minor" in info.value.hint
+
+
+def test_cuda_capabilities_on_a_cpu_build_say_they_do_not_apply(tmp_path, monkeypatch):
+    """A CPU variant built with --cuda-capabilities is an ordinary, publishable build: it is not
+    marked, and nothing says "not publishable"; a CUDA one is both."""
+    from kbuild.cli import build as build_cli
+    from kbuild.stages import pipeline
+    root = make_project(tmp_path, TORCH + kernel("k", "cuda", "csrc/k.cu")
+                        + kernel("c", "cpu", "csrc/c.cpp"), files=BINDING + ("csrc/k.cu", "csrc/c.cpp"))
+    warnings: list[str] = []
+    built = []
+    monkeypatch.setattr(build_cli, "warn", warnings.append)
+    monkeypatch.setattr(pipeline, "read_torch_install", lambda *a, **k: fake_torch("2.13.0", cuda="13.0"))
+    monkeypatch.setattr(plan, "find_cuda", lambda torch, *a, **k: fake_toolkit("13.0", ARCHS_130))
+    result = pipeline.BuildResult("v", root, "_k", False, 0.0)
+    monkeypatch.setattr(pipeline, "build_plan", lambda p, *a, **k: built.append(p) or result)
+    monkeypatch.setattr(build_cli, "out", type("Quiet", (), {"print": lambda *a, **k: None})())
+    build_cli.run_build(root, ["cpu"], None, cuda_capabilities="9.0")
+    assert [p.local_capabilities for p in built] == [None]
+    assert warnings == ["torch213-cxx11-cpu-x86_64-linux: --cuda-capabilities does not apply to a "
+                        "variant without CUDA code; built as usual (publishable)"]
+    warnings.clear()
+    build_cli.run_build(root, ["cuda"], None, cuda_capabilities="9.0")
+    assert built[-1].local_capabilities == ("9.0",)
+    assert warnings == ["torch213-cxx11-cu130-x86_64-linux: a local build for CUDA capabilities "
+                        "9.0 only: not publishable"]
 
 
 def test_a_local_build_compiles_only_the_given_capabilities(tmp_path, monkeypatch):

@@ -1,12 +1,62 @@
 """Run by a target interpreter (stages/check.py Probers): can the real
 `kernels` loader load this variant here? Answers each variant path read from stdin with one line
-`KBUILD-PROBE <json>`; torch and kernels are imported once."""
+`KBUILD-PROBE <json>`; torch and kernels are imported once. A load neither reads nor writes
+bytecode in the variant (it loads what ships), and a success lists the files outside the variant
+it depended on (stages/probe_memo.py)."""
 
+import atexit
+import importlib.util
 import json
+import os
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 MARKER = "KBUILD-PROBE "
+NO_BYTECODE = tempfile.mkdtemp(prefix="kbuild-probe-")  # stays empty
+atexit.register(shutil.rmtree, NO_BYTECODE, True)
+
+
+@contextmanager
+def loading_what_ships(looked_up):
+    """No bytecode read from or written into the variant (its __pycache__ does not ship), and
+    every module spec looked up on the way recorded (kernels' check of python-depends)."""
+    saved = sys.pycache_prefix, sys.dont_write_bytecode, importlib.util.find_spec
+
+    def find_spec(name, package=None):
+        spec = saved[2](name, package)
+        looked_up.append(spec)
+        return spec
+
+    sys.pycache_prefix, sys.dont_write_bytecode = NO_BYTECODE, True
+    importlib.util.find_spec = find_spec
+    try:
+        yield
+    finally:
+        sys.pycache_prefix, sys.dont_write_bytecode, importlib.util.find_spec = saved
+
+
+def mapped_files():
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    return {line.split(None, 5)[5] for line in lines
+            if len(line.split(None, 5)) == 6 and line.split(None, 5)[5].startswith("/")}
+
+
+def dependencies(variant, looked_up):
+    """The files outside `variant` the process has loaded: every module's file, every mapped
+    file (shared libraries; a replaced one shows as `(deleted)`), every spec looked up."""
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    files |= {s.origin for s in looked_up if s is not None and s.has_location}
+    files |= mapped_files()
+    inside = os.path.realpath(variant) + os.sep
+    real = {os.path.realpath(f) for f in files if isinstance(f, str) and f}
+    return sorted(f for f in real if not f.startswith(inside))
 
 
 def probe(variant: Path) -> dict:
@@ -31,7 +81,9 @@ def probe(variant: Path) -> dict:
             result["reason"] = getattr(decision, "reason", "not accepted by kernels on this system")
             result["skipped"] = True
         else:
-            module = get_local_kernel(variant, backend=backend)
+            looked_up = []
+            with loading_what_ships(looked_up):
+                module = get_local_kernel(variant, backend=backend)
             prefix = meta["id"] + "::"
             result["ops"] = sorted(n.removeprefix(prefix) for n in torch._C._dispatch_get_all_op_names()
                                    if n.startswith(prefix))
@@ -39,6 +91,7 @@ def probe(variant: Path) -> dict:
                 result["reason"] = f"module imported as {module.__name__}, not {meta['id']}"
             else:
                 result["loadable"] = True
+                result["files"] = dependencies(variant, looked_up)
     except Exception as exc:  # reported as a check failure
         result["reason"] = f"{type(exc).__name__}: {exc}"
     return result

@@ -6,3 +6,6 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@ID@(vo
   static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "@ID@", nullptr, 0, nullptr};
   return PyModule_Create(&module);
 }
+
+// The variant this binary was built as: `kbuild check` refuses a folder of another name.
+__attribute__((used, section(".kbuild.variant"))) static const char kbuild_variant[] = "@VARIANT@";
