@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
 from ..core.errors import BuildError
@@ -59,12 +60,16 @@ def memo_file(folder: str, key: str) -> Path | None:
 _WARNED: set[str] = set()
 
 
+def stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def without_cache(reason: str) -> str:
     """Says once per process (on stderr) that the build goes on without an optional cache (a
     configure seed, a precompiled header, a memo), and why; returns the reason."""
     if reason not in _WARNED:
         _WARNED.add(reason)
-        _stderr_warning(f"{reason}; going on without it")
+        stderr_warning(f"{reason}; going on without it")
     return reason
 
 

@@ -164,17 +164,17 @@ def test_a_cache_root_others_can_write_is_refused(release, root, where, mode, do
     assert deps.CACHE_VAR in e.value.hint and downloads == []
 
 
-def test_a_cache_root_that_cannot_be_written_names_the_folder(release, tmp_path):
+def test_a_cache_root_that_cannot_be_written_names_the_folder(release, tmp_path, downloads):
     """CUTLASS headers are needed to compile, so an unusable cache stays an error, but one that
     names the folder and says what to do (not "Read-only file system: cutlass")."""
     blocked = tmp_path / "a file"
     blocked.write_text("")
     with pytest.raises(BuildError) as e:
-        deps.provision(release, blocked)
+        cutlass.provision(release, blocked)
     assert e.value.message == (f"the CUTLASS header cache cannot be used: {blocked / 'cutlass'}: "
                                "Not a directory")
     assert f"make {blocked} a folder you can write, or set {deps.CACHE_VAR}" in e.value.hint
-    assert deps.downloads == []
+    assert downloads == []
 
 
 def test_a_parent_others_can_write_is_refused_unless_sticky(release, tmp_path):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...core.layout import MANIFEST
-from .cache import (STAMP, Warn, _stderr_warning, provision, read_stamp, tree_digest, tree_path,
-                    verify_tree)
+from .. import deps
+from .cache import STAMP, Warn, provision, read_stamp, tree_digest, tree_path, verify_tree
 from .releases import (CUTLASS, NOT_PROVISIONED, RELEASES, SUBSTITUTE_VAR, UPSTREAM, Release, Resolved,
                        Wheel, available, resolve, substitute_requested)
 from .sources import DEFAULT_URL, SOURCE_KEYS, URL_VAR, archive_url
@@ -39,7 +39,7 @@ def include_dirs(tree: Path) -> list[str]:
 def kernel_includes(plan, warn: Warn | None = None) -> tuple[dict[str, list[str]], list[str]]:
     """Include dirs of the provisioned dependencies by kernel of `plan`, and the roots of their
     header trees (mapped away in the binary); refusals raise, substitutions warn."""
-    warn = warn or _stderr_warning
+    warn = warn or deps.stderr_warning
     resolved = _resolve_plan(plan)
     trees: dict[Release, Path] = {}
     warned: set[str] = set()

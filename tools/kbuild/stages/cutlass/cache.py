@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -127,10 +126,6 @@ def _discard(path: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _stderr_warning(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-
-
 def tree_path(release: Release, root: Path | None = None) -> Path:
     """Where the tree of `release` is cached (nothing is checked or created)."""
     return (root or deps.cache_root()).resolve() / "cutlass" / release.key
@@ -139,7 +134,7 @@ def tree_path(release: Release, root: Path | None = None) -> Path:
 def provision(release: Release, root: Path | None = None, warn: Warn | None = None) -> Path:
     """The verified cached header tree of `release`, fetched and unpacked when missing or when
     the cached one fails verification (with a warning saying why)."""
-    warn = warn or _stderr_warning
+    warn = warn or deps.stderr_warning
     base = deps.trusted_base((root or deps.cache_root()).resolve(), "cutlass", "the CUTLASS header cache")
     final = base / release.key
     if os.path.lexists(final):
