@@ -4,7 +4,7 @@ compile and slowest-first scheduling switched off, kernels-community projects bu
     .venv/bin/python benchmarks/bench_heavy.py --corpus ../shared/corpus/kernels-community-40d4194f-heavy.tar.gz
         [--projects punica-sgmv paged-attention layer-norm] [--modes off on release-off release-on]
         [--cuda-capabilities native] [--env torch214-cu130 | --python PY [--cuda-home DIR]]
-        [--limit SECONDS] [--force] [--out docs/bench_heavy_h200.json]
+        [--limit SECONDS] [--force] [--out docs/bench_heavy_h200.json] [--keep DIR]
 
 --corpus is a folder or a .tar.gz of kernel-builder projects. Modes, each a `kbuild build` of a
 fresh copy of the project, one build at a time, no compiler cache (KBUILD_COMPILER_CACHE=none),
@@ -186,6 +186,8 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=None, help="seconds per build")
     ap.add_argument("--force", action="store_true", help="build again what the JSON holds")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "bench_heavy.json")
+    ap.add_argument("--keep", type=Path, help="keep each finished build as KEEP/<mode>/<project> "
+                    "(build.toml, build/, benchmarks/: for bench_split_runtime.py)")
     args = ap.parse_args()
     results = json.loads(args.out.read_text()) if args.out.is_file() else {"projects": {}}
     results["machine"] = machine()
@@ -223,6 +225,15 @@ def main() -> None:
                     "capabilities": "every declared" if mode.startswith("release") else args.cuda_capabilities}
                 print(f"{name} {key}: {done[key]['seconds']} s, {done[key]['status']}; "
                       f"{done[key]['split']}", flush=True)
+                if args.keep and done[key]["status"] == "ok":
+                    kept = args.keep / key.replace(" ", "_") / name
+                    shutil.rmtree(kept, ignore_errors=True)
+                    kept.mkdir(parents=True)
+                    for part in ("build.toml", "build", "benchmarks"):
+                        if (project / part).is_dir():
+                            shutil.copytree(project / part, kept / part, symlinks=True)
+                        elif (project / part).is_file():
+                            shutil.copy2(project / part, kept / part)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(results, indent=1) + "\n")
     report(results)
