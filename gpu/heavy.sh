@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One heavy kernels-community project on the GPU machine, in one call (under ten minutes):
+# its build time with the heavy-build speed-ups off and on (benchmarks/bench_heavy.py, one build
+# at a time, no compiler cache), the kernel's speed on both builds (bench_split_runtime.py, when
+# NAME has cases there), then the project's own tests against the `on` build.
+#
+#   gpu/heavy.sh CORPUS.tar.gz PROJECT [OFF_LIMIT ON_LIMIT TEST_LIMIT]
+#
+# Carried: .whl/ (the builder's and the loader's wheels) and .kbuild/cutlass-cache.tar.gz (see
+# tests/compat/run_projects_gpu.sh). Results in $OUT: bench_heavy_h200.json, split_runtime.json,
+# tests.log, build logs.
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$PWD
+CORPUS=$1 NAME=$2 OFF_LIMIT=${3:-330} ON_LIMIT=${4:-240} TEST_LIMIT=${5:-90}
+OUT=${OUT:-/tmp/kbuild-heavy/out}
+WORK=/tmp/kbuild-heavy
+mkdir -p "$OUT" "$WORK"
+[[ -d /tmp/site ]] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6) PYTHONUNBUFFERED=1  # see gpu/run.sh
+export PYTHONPATH=/tmp/site:$REPO/tools PATH=/tmp/site/bin:$PATH
+if [[ -f .kbuild/cutlass-cache.tar.gz && ! -d .kbuild/cutlass-cache ]]; then
+  mkdir -p -m 755 .kbuild/cutlass-cache
+  tar -xzf .kbuild/cutlass-cache.tar.gz --no-same-owner -C .kbuild/cutlass-cache
+fi
+export KBUILD_CACHE_DIR=$REPO/.kbuild/cutlass-cache
+nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader; nproc
+rm -rf "$WORK/keep"
+for mode in off on; do
+  limit=$OFF_LIMIT; [[ $mode == on ]] && limit=$ON_LIMIT
+  python3 benchmarks/bench_heavy.py --corpus "$CORPUS" --projects "$NAME" --modes "$mode" \
+    --python python3 --limit "$limit" --out "$OUT/bench_heavy_h200.json" --keep "$WORK/keep"
+done
+if [[ -d $WORK/keep/off/$NAME && -d $WORK/keep/on/$NAME ]]; then
+  timeout 120 python3 benchmarks/bench_split_runtime.py --pair "$NAME" "$WORK/keep/off/$NAME" \
+    "$WORK/keep/on/$NAME" --reps 100 --rounds 5 --out "$OUT/split_runtime.json"
+fi
+# The project's own tests against the `on` build, as run_projects.py runs them.
+build=$WORK/keep/on/$NAME/build
+if [[ -d $build ]]; then
+  rm -rf "$WORK/src" && mkdir -p "$WORK/src" && tar -xzf "$CORPUS" -C "$WORK/src" "$NAME"
+  variant=$(ls "$build" | head -n 1)
+  module=${NAME//-/_}
+  mkdir -p "$WORK/shim" && ln -sfn "$build/$variant" "$WORK/shim/$module"
+  (cd "$WORK/src/$NAME" && LOCAL_KERNELS="kernels-community/$NAME=$WORK/keep/on/$NAME" \
+    PYTHONPATH=$WORK/shim:$PYTHONPATH timeout "$TEST_LIMIT" python3 -m pytest -q -p no:cacheprovider \
+    -p no:xdist tests 2>&1 | tail -n 30) | tee "$OUT/tests.log"
+fi
+ls "$OUT"
