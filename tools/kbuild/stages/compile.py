@@ -67,9 +67,9 @@ NVCC_THREADS_VAR = "KBUILD_NVCC_THREADS"
 NVCC_SPLIT_VAR = "KBUILD_NVCC_SPLIT"
 GIB_PER_NVCC = 1.5  # memory one nvcc thread (or split worker) of a template-heavy kernel may take (GiB)
 MAX_COUNT = 1024  # the largest thread or split count an override may ask for
-# nvcc's --split-compile for release builds (every declared capability): NVIDIA warns it may cost
-# kernel speed, so it stays off for them until the GPU measurement shows at most 3 % (see
-# docs/build-speed.md); local builds (--cuda-capabilities) split by default. One line to flip.
+# nvcc's --split-compile for release builds (every declared capability): off, because on the H200
+# it made punica-sgmv's bgmv up to 1.58x slower (docs/build-speed.md; at most 3 % would do).
+# Local builds (--cuda-capabilities) split by default. One line to flip.
 SPLIT_RELEASE_BUILDS = False
 # When every nvcc run of a build starts at once (no wave of them waiting), each may take this
 # many times its even share of the cores (at most all of them) for its threads and split parts:
