@@ -43,6 +43,8 @@ class Problem(str):
 # __pycache__/ in a variant: never shipped and never read by the load, so not fatal to upload.
 # (A .pyc outside __pycache__/ is: Python imports it where its source is missing.)
 BYTECODE = "layout.bytecode"
+# A local build (--cuda-capabilities): never published, but its load is still checked.
+LOCAL_BUILD = "metadata.local-build"
 
 
 @dataclass
@@ -166,7 +168,7 @@ def metadata_problems(built: BuiltVariant) -> list[Problem]:
     local = prov.local_build if prov else None
     if local:
         caps = ", ".join(local.cuda_capabilities) or "this machine"
-        problems.append(Problem("metadata.local-build", f"metadata.json: a local build for CUDA "
+        problems.append(Problem(LOCAL_BUILD, f"metadata.json: a local build for CUDA "
                                 f"capabilities {caps} only (--cuda-capabilities); build without "
                                 "it to publish"))
     compiled = parsed is None or not parsed.is_noarch
@@ -327,8 +329,9 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
         report.problems += abi_problems(so)
         report.problems += variant_code_problems(built, so)
         report.problems += name_problems(built, so)
-    # Bytecode does not ship and the load does not read it: it never excuses the load.
-    if load and all(p.code == BYTECODE for p in report.problems):
+    # Bytecode does not ship and the load does not read it, and a local build is loaded to be
+    # used here: neither excuses the load.
+    if load and all(p.code in (BYTECODE, LOCAL_BUILD) for p in report.problems):
         result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True
