@@ -60,28 +60,20 @@ def _version(value: str) -> str:
     return value
 
 
-def _marker(value: str) -> str:
-    try:
-        Marker(value)
-    except InvalidMarker:
-        raise ValueError(f"{value!r} is not an environment marker (PEP 508)") from None
-    return value
+def _parses_as(parse, error: type[Exception], what: str):
+    """A validator: the value unchanged if `parse` accepts it, else "'value' is not WHAT"."""
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except error:
+            raise ValueError(f"{value!r} is not {what}") from None
+        return value
+    return check
 
 
-def _requirement(value: str) -> str:
-    try:
-        Requirement(value)
-    except InvalidRequirement:
-        raise ValueError(f"{value!r} is not a requirement (PEP 508)") from None
-    return value
-
-
-def _specifiers(value: str) -> str:
-    try:
-        SpecifierSet(value)
-    except InvalidSpecifier:
-        raise ValueError(f"{value!r} is not a version specifier (PEP 440)") from None
-    return value
+_marker = _parses_as(Marker, InvalidMarker, "an environment marker (PEP 508)")
+_requirement = _parses_as(Requirement, InvalidRequirement, "a requirement (PEP 508)")
+_specifiers = _parses_as(SpecifierSet, InvalidSpecifier, "a version specifier (PEP 440)")
 
 
 def _web_url(value: str) -> str:
