@@ -81,6 +81,13 @@ def test_one_heavy_file_for_one_capability_splits_over_every_core():
     s = split(plan(1, ["9.0"], local=True), cores=16, memory_gib=120)
     assert (s.nvcc_threads, s.nvcc_jobs, s.nvcc_split, s.jobs) == (1, 1, 16, 16)
     assert "nvcc 1 at a time × 1 threads × split 16 (16 cores" in str(s)
+    assert "may run slower: KBUILD_NVCC_SPLIT=1" in str(s)  # local builds are not for timing
+
+
+def test_an_unsplit_build_does_not_warn_about_kernel_speed(monkeypatch):
+    monkeypatch.setenv("KBUILD_NVCC_SPLIT", "1")
+    s = split(plan(1, ["9.0"], local=True), cores=16, memory_gib=120)
+    assert s.nvcc_split == 1 and "slower" not in str(s) and "split" not in str(s)
 
 
 def test_threads_take_the_cores_first_then_split_takes_the_rest():
