@@ -108,5 +108,6 @@ def check_package(files: list[tuple[Path, str]], project: Path) -> None:
     found = check_modules(src.parents[len(Path(rel).parts) - 1].name, sources)
     if found:
         first, more = found[0], "".join(f"\n    {v}" for v in found[1:])
-        raise BuildError(f"{first.call}: {first.reason}{more}", file=f"{project / first.path}:{first.line}",
+        raise BuildError(f"{first.call}: {first.reason}{more}",
+                         file=f"{project / first.path}:{first.line}",
                          hint=f'name ops with {PREFIX_FN}("my_op"), imported from ._ops')

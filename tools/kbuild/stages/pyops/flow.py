@@ -106,4 +106,5 @@ class Check:
         sink, where = flow = self.flows[callee.scope][slot]
         value, default = self.r.argument(callee, slot, args, keywords, site[3])
         what = f"the default of `{slot[-1]}`, " if default else ""
-        self.reach(value, flow, site, f"{sink.reason} ({what}passed on to {sink.display} at {where})")
+        reason = f"{sink.reason} ({what}passed on to {sink.display} at {where})"
+        self.reach(value, flow, site, reason)

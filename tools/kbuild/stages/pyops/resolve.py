@@ -13,7 +13,8 @@ import ast
 import inspect
 from dataclasses import dataclass
 
-from .names import GENERATED, PREFIX_FN, PREFIXED, UNKNOWN, Ext, Value, as_name, concat, fill, join, text
+from .names import GENERATED, PREFIX_FN, PREFIXED, UNKNOWN, Ext, Value, as_name, concat, fill, join
+from .names import text
 from .scopes import FUNCTIONS, Binding, Package, Scope, dotted
 
 MAX_OPEN = 60  # questions open at once before one is answered unknown
@@ -94,7 +95,7 @@ class Resolver:
             return [x for b in self.p.lookup(scope, e.id) for x in self.bound(b)]
         if isinstance(e, ast.Attribute):
             out = [x for base in self.eval(e.value, scope) for x in self.member(base, e.attr)]
-            for value, vscope in scope.module.attr_values.get(dotted(e) or "", []):  # self.lib = ...
+            for value, vscope in scope.module.attr_values.get(dotted(e), []):  # self.lib = ...
                 out += [x for x in self.eval(value, vscope) if x == Ext("torch.library.Library()")]
             return out
         if isinstance(e, ast.Call):
@@ -129,9 +130,10 @@ class Resolver:
             if first != self.p.name:
                 return [Ext(".".join([first, *rest]))]
             key = tuple(rest)
-            return [Ext(GENERATED)] if self.p.is_generated(key) else [Mod(key)] if key in self.p.packages else []
+            return [Ext(GENERATED)] if self.p.is_generated(key) else \
+                [Mod(key)] if key in self.p.packages else []
         key = self.p.from_key(b.scope.module, node)
-        if key is None and node.level and (alias.name == "_ops" or (node.module or "").endswith("_ops")):
+        if key is None and node.level and "_ops" in (alias.name, (node.module or "")[-4:]):
             key = ("_ops",)  # the generated module, however many dots lead to it
         if key is None:
             return [] if node.level else [Ext(f"{node.module}.{alias.name}")]
@@ -154,8 +156,8 @@ class Resolver:
         if isinstance(base, Mod):
             return [x for t in self.module_member(base.key, attr) for x in self.bound(t)]
         if isinstance(base, Cls):
-            return [Func(f, 1 if f.method == "class" or (base.instance and f.method == "instance") else 0)
-                    for f in self.methods(base.scope, attr, set())]
+            bound = ("class", "instance") if base.instance else ("class",)  # self, cls
+            return [Func(f, int(f.method in bound)) for f in self.methods(base.scope, attr, set())]
         return [UNKNOWN]
 
     def methods(self, cls: Scope, attr: str, seen: set) -> list[Scope]:
@@ -181,11 +183,12 @@ class Resolver:
             if receiver == PREFIXED:
                 return [PREFIXED]
             if receiver.kind == "text" and method == "format":
-                return [fill(receiver, "{", ("}", "0}"), self.value(call.args[0], scope) if call.args else UNKNOWN)]
-            items = call.args[0] if call.args else None
-            if receiver.kind == "text" and method == "join" and isinstance(items, ast.List | ast.Tuple):
-                parts = [self.value(e, scope) for e in items.elts]
-                return [concat([x for i, part in enumerate(parts) for x in [receiver][:i] + [part]])]
+                first = self.value(call.args[0], scope) if call.args else UNKNOWN
+                return [fill(receiver, "{", ("}", "0}"), first)]
+            seq = call.args[0] if call.args else None
+            if method == "join" and receiver.kind == "text" and type(seq) in (ast.List, ast.Tuple):
+                parts = [self.value(e, scope) for e in seq.elts]
+                return [concat([x for part in parts for x in (receiver, part)][1:])]
         (args, keywords), out = arguments(call, scope), []
         for c in self.eval(call.func, scope):
             if isinstance(c, Func):
@@ -214,12 +217,13 @@ class Resolver:
         `("kwarg", key)`), bound by `inspect.Signature`; True: the parameter's default."""
         P, a = inspect.Parameter, callee.scope.node.args
         pos = [*a.posonlyargs, *a.args]
-        specs = [(p, P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD, d)
-                 for i, (p, d) in enumerate(zip(pos, [None] * (len(pos) - len(a.defaults)) + a.defaults))]
-        specs = [*specs[callee.offset:], (a.vararg, P.VAR_POSITIONAL, None),
-                 *((p, P.KEYWORD_ONLY, d) for p, d in zip(a.kwonlyargs, a.kw_defaults)),
-                 (a.kwarg, P.VAR_KEYWORD, None)]
-        params = [P(p.arg, kind, default=P.empty if d is None else d) for p, kind, d in specs if p]
+        defaults = dict(zip(pos[::-1], a.defaults[::-1])) | dict(zip(a.kwonlyargs, a.kw_defaults))
+        groups = [(a.posonlyargs, P.POSITIONAL_ONLY), (a.args, P.POSITIONAL_OR_KEYWORD),
+                  ([a.vararg], P.VAR_POSITIONAL), (a.kwonlyargs, P.KEYWORD_ONLY),
+                  ([a.kwarg], P.VAR_KEYWORD)]
+        params = [P(p.arg, kind, default=defaults.get(p) or P.empty)
+                  for group, kind in groups for p in group if p]
+        del params[:min(callee.offset, len(pos))]  # a bound self / cls
         star = next((i for i, (e, _) in enumerate(args) if isinstance(e, ast.Starred)), len(args))
         unpacked = any(k is None for k, _, _ in keywords)
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 TRANSPARENT_DECORATORS = {"staticmethod", "classmethod", "wraps", "cache", "lru_cache"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+NAMED = (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)  # `as name`, `**rest`
 
 
 @dataclass(eq=False)
@@ -80,9 +81,9 @@ class Package:
             if s.parent is None:
                 for star in s.star_imports:
                     key = self.from_key(s.module, star)
-                    if key in self.modules and key not in seen:
-                        if found := self.lookup(self.modules[key].scope, name, seen | {s.module.key}):
-                            return found
+                    if key in self.modules and key not in seen and (found := self.lookup(
+                            self.modules[key].scope, name, seen | {s.module.key})):
+                        return found
                 return []
             s = s.parent
         return s.bindings[name]
@@ -109,7 +110,8 @@ class Package:
     def bind(self, scope: Scope, name: str, kind: str, node=None, extra=None) -> None:
         if how := scope.declared.get(name) if scope.kind == "function" else None:
             # rebound from a function through global / nonlocal: not followed
-            kind, node, scope = "other", None, scope.module.scope if how == "global" else scope.parent
+            kind, node = "other", None
+            scope = scope.module.scope if how == "global" else scope.parent
             while scope.kind != "function" and scope.parent is not None:
                 scope = scope.parent
         scope.bindings[name].append(Binding(kind, node, scope, extra))
@@ -128,7 +130,8 @@ class Package:
             for i, gen in enumerate(node.generators):  # the first iterable is evaluated outside
                 self.visit(gen.iter, scope if i == 0 else inner)
                 self.walk([gen.target, *gen.ifs], inner)
-            self.walk([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt], inner)
+            self.walk([getattr(node, f) for f in ("key", "value", "elt") if hasattr(node, f)],
+                      inner)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
             if node.value is not None:
                 self.visit(node.value, scope)
@@ -139,7 +142,8 @@ class Package:
                 if alias.name == "*":
                     scope.star_imports.append(node)
                 else:
-                    self.bind(scope, alias.asname or alias.name.split(".")[0], "import", alias, node)
+                    name = alias.asname or alias.name.split(".")[0]
+                    self.bind(scope, name, "import", alias, node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             how = "global" if isinstance(node, ast.Global) else "nonlocal"
             scope.declared.update(dict.fromkeys(node.names, how))
@@ -153,9 +157,9 @@ class Package:
                 scope.returns.append(node.value)
             elif isinstance(node, (ast.Yield, ast.YieldFrom)) and scope.kind == "function":
                 scope.generator = True
-            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)):
-                if name := getattr(node, "rest", None) or getattr(node, "name", None):
-                    self.bind(scope, name, "other")
+            elif isinstance(node, NAMED) \
+                    and (name := getattr(node, "rest", None) or getattr(node, "name", None)):
+                self.bind(scope, name, "other")
             self.walk(ast.iter_child_nodes(node), scope)
 
     def target(self, target: ast.expr, value: ast.expr, scope: Scope) -> None:
@@ -176,10 +180,10 @@ class Package:
         for deco in decorators:
             self.visit(deco, scope)
             if isinstance(deco, (ast.Name, ast.Attribute)):  # applied as deco(fn): a call too
-                self.calls.append((ast.copy_location(ast.Call(deco, [ast.Constant(None)], []), deco),
-                                   scope))
+                call = ast.copy_location(ast.Call(deco, [ast.Constant(None)], []), deco)
+                self.calls.append((call, scope))
 
-    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: Scope) -> None:
+    def function(self, node: ast.AST, scope: Scope) -> None:  # a def or a lambda
         args, decorators = node.args, getattr(node, "decorator_list", [])
         self.decorators(decorators, scope)
         self.walk([d for d in [*args.defaults, *args.kw_defaults] if d is not None], scope)
