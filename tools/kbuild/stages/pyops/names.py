@@ -1,11 +1,10 @@
 """What an op name is known to be, from where it comes (the values the rule judges).
 
-text "mylib::op"    a literal string
-literal (ns)        built from literals only; `ns`: its namespace part is literal too
-prefixed            built by add_op_namespace_prefix(...), or the generated `ops` (`ops.name`,
-                    an op, an overload)
-param (slot)        a parameter of a package function: its call sites decide
-unknown             anything else: not decidable statically
+text "mylib::op"  a literal string       literal  built from literals only
+prefixed          built by add_op_namespace_prefix(...), or the generated `ops` (`ops.name`, an op)
+param             a parameter of a package function: its call sites decide
+unknown           anything else: not decidable statically
+`ns` says that a literal's namespace part (before `::`) is literal too.
 """
 
 from __future__ import annotations
@@ -20,17 +19,17 @@ OPS = GENERATED + ".ops"
 @dataclass(frozen=True)
 class Value:
     kind: str                  # text | literal | prefixed | param | unknown
-    text: str = ""             # text: the string itself
-    ns: bool = False           # literal: its namespace part is literal too
-    slot: tuple | None = None  # param: (function scope, ("param", name) | ("vararg", i) | ("kwarg", key))
+    text: str = ""
+    ns: bool = False
+    slot: tuple | None = None  # param: (function scope, slot), see Resolver.argument
 
     @property
     def is_literal(self) -> bool:
         return self.kind in ("text", "literal")
 
-    @property
-    def literal_namespace(self) -> bool:
-        return "::" in self.text.split("(")[0] if self.kind == "text" else self.kind == "literal" and self.ns
+
+def text(s: str) -> Value:
+    return Value("text", s, "::" in s.split("(")[0])
 
 
 UNKNOWN, PREFIXED, LITERAL_NS = Value("unknown"), Value("prefixed"), Value("literal", ns=True)
@@ -54,16 +53,16 @@ def as_name(x) -> Value:
 
 def concat(values: list[Value]) -> Value:
     """String parts glued in order: the namespace is decided by the text up to `::`."""
-    text, exact, has_ns = "", True, False
+    s, exact, has_ns = "", True, False
     for v in values:
         if v.is_literal:
-            text, exact = (text + v.text, exact) if v.kind == "text" else (text, False)
-            has_ns = has_ns or "::" in text or v.ns
+            s, exact = (s + v.text, exact) if v.kind == "text" else (s, False)
+            has_ns = has_ns or "::" in s or v.ns
         elif has_ns:
             return LITERAL_NS          # "mylib::" + anything
         else:                          # name + "::op" is as name is; "a" + name is not decidable
-            return v if not text and exact and v.kind in ("prefixed", "param") else UNKNOWN
-    return Value("text", text) if exact else Value("literal", ns=has_ns)
+            return v if not s and exact and v.kind in ("prefixed", "param") else UNKNOWN
+    return text(s) if exact else Value("literal", ns=has_ns)
 
 
 def join(values: list[Value]) -> Value:
@@ -71,7 +70,7 @@ def join(values: list[Value]) -> Value:
     if values and all(v == values[0] for v in values):
         return values[0]
     if values and all(v.is_literal for v in values):
-        return Value("literal", ns=all(v.literal_namespace for v in values))
+        return Value("literal", ns=all(v.ns for v in values))
     return UNKNOWN
 
 
@@ -83,4 +82,4 @@ def fill(template: Value, opening: str, fields: tuple[str, ...], first: Value) -
     field = next((f for f in fields if rest.startswith(f)), None)
     if "::" in head or not sep or field is None:
         return LITERAL_NS if "::" in head else UNKNOWN
-    return concat([Value("text", head), first, Value("text", rest[len(field):].split(opening)[0])])
+    return concat([text(head), first, text(rest[len(field):].split(opening)[0])])

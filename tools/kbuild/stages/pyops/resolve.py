@@ -1,11 +1,10 @@
 """What an expression of the package can be: `Resolver.eval` lists the alternatives.
 
-Each alternative is a `Value` (names.py: a string as far as the rule needs), an outside name
-(`Ext`), a package module, a package function (a method: `self` or `cls` bound), a class or an
-instance of one, or a `functools.partial`. Names are followed through their bindings (scopes.py)
-and the imports between the package's modules; a package function's call is what it returns,
-its parameters replaced by the call's arguments. Recursion (cyclic imports, recursive
-functions) and questions nested too deep end as unknown.
+Each is a `Value` (names.py), an outside name (`Ext`), a package module (`Mod`), a package
+function (`Func`; a method: `self` or `cls` bound), a class or an instance of one (`Cls`) or a
+`functools.partial` (`Partial`). Names are followed through their bindings (scopes.py) and the
+imports between modules; a package function's call is what it returns, its parameters replaced
+by the call's arguments. Recursion and questions nested too deep end as unknown.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import inspect
 from dataclasses import dataclass
 
 from .names import GENERATED, PREFIX_FN, PREFIXED, UNKNOWN, Ext, Value, as_name, concat, fill, join
+from .names import text
 from .scopes import FUNCTIONS, Binding, Package, Scope, dotted
 
 MAX_OPEN = 60  # questions open at once before one is answered unknown
@@ -22,26 +22,31 @@ MAX_OPEN = 60  # questions open at once before one is answered unknown
 
 @dataclass(frozen=True)
 class Mod:
-    key: tuple[str, ...]       # a module or folder of the package
+    key: tuple[str, ...]  # a module or folder of the package
 
 
 @dataclass(frozen=True, eq=False)
 class Func:
-    scope: Scope               # of the def or lambda
-    offset: int = 0            # leading parameters already bound (self, cls)
+    scope: Scope     # of the def or lambda
+    offset: int = 0  # leading parameters already bound (self, cls)
 
 
 @dataclass(frozen=True, eq=False)
 class Cls:
     scope: Scope
-    instance: bool             # an instance of the class, not the class
+    instance: bool  # an instance of the class, not the class
 
 
 @dataclass(frozen=True, eq=False)
 class Partial:
-    targets: tuple             # what functools.partial wraps
+    targets: tuple  # what functools.partial wraps, and the arguments it binds
     args: tuple
     keywords: tuple
+
+
+def arguments(call: ast.Call, scope: Scope) -> tuple[list, list]:
+    """A call's arguments as [(expr, scope)] and [(keyword, expr, scope)]."""
+    return [(a, scope) for a in call.args], [(k.arg, k.value, scope) for k in call.keywords]
 
 
 class Resolver:
@@ -69,38 +74,35 @@ class Resolver:
     def eval(self, expr: ast.AST, scope: Scope) -> list:
         return self._once(("eval", id(expr), id(scope)), lambda: self._eval(expr, scope))
 
-    def _eval(self, expr: ast.AST, scope: Scope) -> list:
-        v = lambda e: self.value(e, scope)  # noqa: E731
-        if isinstance(expr, ast.Constant):
-            return [Value("text", expr.value) if isinstance(expr.value, str) else UNKNOWN]
-        if isinstance(expr, ast.JoinedStr):
-            return [concat([v(part) for part in expr.values])]
-        if isinstance(expr, ast.FormattedValue):
-            return self.eval(expr.value, scope)
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-            return [concat([v(expr.left), v(expr.right)])]
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):  # "%s::op" % ns
-            first = expr.right.elts[0] if isinstance(expr.right, ast.Tuple) and expr.right.elts else expr.right
-            return [fill(v(expr.left), "%", ("s",), v(first))]
-        if isinstance(expr, ast.IfExp):
-            return self.eval(expr.body, scope) + self.eval(expr.orelse, scope)
-        if isinstance(expr, ast.Subscript):  # add_op_namespace_prefix("x").split("::")[0]
-            return [PREFIXED if v(expr.value) == PREFIXED else UNKNOWN]
-        if isinstance(expr, ast.Name):
-            return [x for b in self.p.lookup(scope, expr.id) for x in self.bound(b)]
-        if isinstance(expr, ast.Attribute):
-            out = [x for base in self.eval(expr.value, scope) for x in self.member(base, expr.attr)]
-            for value, vscope in scope.module.attr_values.get(dotted(expr) or "", []):  # self.lib = ...
+    def _eval(self, e: ast.AST, scope: Scope) -> list:
+        v = lambda x: self.value(x, scope)  # noqa: E731
+        if isinstance(e, ast.Constant):
+            return [text(e.value) if isinstance(e.value, str) else UNKNOWN]
+        if isinstance(e, ast.JoinedStr):
+            return [concat([v(part) for part in e.values])]
+        if isinstance(e, ast.FormattedValue):
+            return self.eval(e.value, scope)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            return [concat([v(e.left), v(e.right)])]
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mod):  # "%s::op" % ns
+            first = e.right.elts[0] if isinstance(e.right, ast.Tuple) and e.right.elts else e.right
+            return [fill(v(e.left), "%", ("s",), v(first))]
+        if isinstance(e, ast.IfExp):
+            return self.eval(e.body, scope) + self.eval(e.orelse, scope)
+        if isinstance(e, ast.Subscript):  # add_op_namespace_prefix("x").split("::")[0]
+            return [PREFIXED if v(e.value) == PREFIXED else UNKNOWN]
+        if isinstance(e, ast.Name):
+            return [x for b in self.p.lookup(scope, e.id) for x in self.bound(b)]
+        if isinstance(e, ast.Attribute):
+            out = [x for base in self.eval(e.value, scope) for x in self.member(base, e.attr)]
+            for value, vscope in scope.module.attr_values.get(dotted(e), []):  # self.lib = ...
                 out += [x for x in self.eval(value, vscope) if x == Ext("torch.library.Library()")]
             return out
-        if isinstance(expr, ast.Call):
-            return self._call(expr, scope)
-        if isinstance(expr, FUNCTIONS):  # a def (with its decorators), a lambda
-            func = self.p.scopes[id(expr)]
-            return [Func(func) if func.transparent else UNKNOWN]
-        if isinstance(expr, ast.ClassDef):
-            return [Cls(self.p.scopes[id(expr)], False)]
-        return [UNKNOWN]
+        if isinstance(e, ast.Call):
+            return self.call(e, scope)
+        if isinstance(e, FUNCTIONS):  # a def (with its decorators), a lambda
+            return [Func(f) if (f := self.p.scopes[id(e)]).transparent else UNKNOWN]
+        return [Cls(self.p.scopes[id(e)], False) if isinstance(e, ast.ClassDef) else UNKNOWN]
 
     def bound(self, b: Binding | Ext | Mod) -> list:
         """What a binding (or what an import leads to) can be."""
@@ -111,23 +113,27 @@ class Resolver:
         if b.kind == "unpack":  # namespace, op = add_op_namespace_prefix("x").split("::")
             return [PREFIXED if self.value(b.node, b.scope) == PREFIXED else UNKNOWN]
         if b.kind == "import":
-            return self._once(("import", id(b)), lambda: [x for t in self.imported(b) for x in self.bound(t)])
-        if b.kind == "param" and (method := self_param(b)):
-            return [Cls(b.scope.parent, method == "instance")]
+            return self._once(("import", id(b)),
+                              lambda: [x for t in self.imported(b) for x in self.bound(t)])
+        func = b.scope
+        if b.kind == "param" and func.method in ("instance", "class") \
+                and [*func.node.args.posonlyargs, *func.node.args.args][:1] == [b.node]:
+            return [Cls(func.parent, func.method == "instance")]  # self, cls
         if b.kind == "param" and b.extra[0] == "param":
-            return [Value("param", slot=(b.scope, b.extra))]
+            return [Value("param", slot=(func, b.extra))]
         return [UNKNOWN]
 
     def imported(self, b: Binding) -> list:
         alias, node = b.node, b.extra
         if isinstance(node, ast.Import):
             first, *rest = (alias.name if alias.asname else alias.name.split(".")[0]).split(".")
-            key = tuple(rest)
             if first != self.p.name:
                 return [Ext(".".join([first, *rest]))]
-            return [Ext(GENERATED)] if self.p.is_generated(key) else [Mod(key)] if key in self.p.packages else []
+            key = tuple(rest)
+            return [Ext(GENERATED)] if self.p.is_generated(key) else \
+                [Mod(key)] if key in self.p.packages else []
         key = self.p.from_key(b.scope.module, node)
-        if key is None and node.level and (alias.name == "_ops" or (node.module or "").endswith("_ops")):
+        if key is None and node.level and "_ops" in (alias.name, (node.module or "")[-4:]):
             key = ("_ops",)  # the generated module, however many dots lead to it
         if key is None:
             return [] if node.level else [Ext(f"{node.module}.{alias.name}")]
@@ -150,8 +156,8 @@ class Resolver:
         if isinstance(base, Mod):
             return [x for t in self.module_member(base.key, attr) for x in self.bound(t)]
         if isinstance(base, Cls):
-            return [Func(f, 1 if f.method == "class" or (base.instance and f.method == "instance") else 0)
-                    for f in self.methods(base.scope, attr, set())]
+            bound = ("class", "instance") if base.instance else ("class",)  # self, cls
+            return [Func(f, int(f.method in bound)) for f in self.methods(base.scope, attr, set())]
         return [UNKNOWN]
 
     def methods(self, cls: Scope, attr: str, seen: set) -> list[Scope]:
@@ -165,21 +171,25 @@ class Resolver:
         return [f for base in cls.node.bases for c in self.eval(base, cls.parent)
                 if isinstance(c, Cls) for f in self.methods(c.scope, attr, seen)]
 
-    def _call(self, call: ast.Call, scope: Scope) -> list:
-        if self.is_prefix_call(call, scope):
+    def call(self, call: ast.Call, scope: Scope) -> list:
+        """What a call gives: a str method, a package function's return, an instance, ..."""
+        if (dotted(call.func) or "").split(".")[-1] == PREFIX_FN or any(
+                (isinstance(c, Ext) and c.origin.split(".")[-1] == PREFIX_FN)
+                or (isinstance(c, Func) and getattr(c.scope.node, "name", "") == PREFIX_FN)
+                for c in self.eval(call.func, scope)):
             return [PREFIXED]
         if isinstance(call.func, ast.Attribute):  # a str method
             receiver, method = self.value(call.func.value, scope), call.func.attr
             if receiver == PREFIXED:
                 return [PREFIXED]
             if receiver.kind == "text" and method == "format":
-                return [fill(receiver, "{", ("}", "0}"), self.value(call.args[0], scope) if call.args else UNKNOWN)]
-            items = call.args[0] if call.args else None
-            if receiver.kind == "text" and method == "join" and isinstance(items, ast.List | ast.Tuple):
-                parts = [self.value(e, scope) for e in items.elts]
-                return [concat([x for i, part in enumerate(parts) for x in [receiver][:i] + [part]])]
-        args, keywords = [(a, scope) for a in call.args], [(k.arg, k.value, scope) for k in call.keywords]
-        out = []
+                first = self.value(call.args[0], scope) if call.args else UNKNOWN
+                return [fill(receiver, "{", ("}", "0}"), first)]
+            seq = call.args[0] if call.args else None
+            if method == "join" and receiver.kind == "text" and type(seq) in (ast.List, ast.Tuple):
+                parts = [self.value(e, scope) for e in seq.elts]
+                return [concat([x for part in parts for x in (receiver, part)][1:])]
+        (args, keywords), out = arguments(call, scope), []
         for c in self.eval(call.func, scope):
             if isinstance(c, Func):
                 out += self.returned(c, args, keywords)
@@ -201,54 +211,36 @@ class Resolver:
                 out.append(x)
         return out
 
-    def is_prefix_call(self, call: ast.Call, scope: Scope) -> bool:
-        return (dotted(call.func) or "").split(".")[-1] == PREFIX_FN or any(
-            (isinstance(c, Ext) and c.origin.split(".")[-1] == PREFIX_FN)
-            or (isinstance(c, Func) and getattr(c.scope.node, "name", "") == PREFIX_FN)
-            for c in self.eval(call.func, scope))
-
     def argument(self, callee: Func, slot: tuple, args: list, keywords: list,
-                 partial: bool) -> tuple[Value, str]:
-        """The value a call gives a parameter slot, bound by Python's own rules (`inspect`):
-        (value, "arg" | "default" | "missing" | "unknown")."""
+                 partial: bool) -> tuple[Value, bool]:
+        """The value a call gives a parameter slot (`("param", name)`, `("vararg", i)`,
+        `("kwarg", key)`), bound by `inspect.Signature`; True: the parameter's default."""
         P, a = inspect.Parameter, callee.scope.node.args
-        positional = [*a.posonlyargs, *a.args]
-        defaults = [None] * (len(positional) - len(a.defaults)) + a.defaults
-        params = [P(p.arg, P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD,
-                    default=P.empty if d is None else d)
-                  for i, (p, d) in enumerate(zip(positional, defaults))][min(callee.offset, len(positional)):]
-        params += [P(a.vararg.arg, P.VAR_POSITIONAL)] if a.vararg else []
-        params += [P(p.arg, P.KEYWORD_ONLY, default=P.empty if d is None else d)
-                   for p, d in zip(a.kwonlyargs, a.kw_defaults)]
-        params += [P(a.kwarg.arg, P.VAR_KEYWORD)] if a.kwarg else []
+        pos = [*a.posonlyargs, *a.args]
+        defaults = dict(zip(pos[::-1], a.defaults[::-1])) | dict(zip(a.kwonlyargs, a.kw_defaults))
+        groups = [(a.posonlyargs, P.POSITIONAL_ONLY), (a.args, P.POSITIONAL_OR_KEYWORD),
+                  ([a.vararg], P.VAR_POSITIONAL), (a.kwonlyargs, P.KEYWORD_ONLY),
+                  ([a.kwarg], P.VAR_KEYWORD)]
+        params = [P(p.arg, kind, default=defaults.get(p) or P.empty)
+                  for group, kind in groups for p in group if p]
+        del params[:min(callee.offset, len(pos))]  # a bound self / cls
         star = next((i for i, (e, _) in enumerate(args) if isinstance(e, ast.Starred)), len(args))
         unpacked = any(k is None for k, _, _ in keywords)
         try:
             bound = inspect.Signature(params).bind_partial(
                 *args[:star], **{k: (e, s) for k, e, s in keywords if k is not None}).arguments
         except (TypeError, ValueError):  # a call that would fail, or a def Python refuses
-            return UNKNOWN, "unknown"
+            return UNKNOWN, False
         kind, key = slot[0], slot[-1]
         if kind == "vararg":
-            given = bound.get(a.vararg.arg, ())
-            found, unknown = (given[key] if key < len(given) else None), star < len(args)
+            found = dict(enumerate(bound.get(a.vararg.arg, ()))).get(key)
         elif kind == "kwarg":
-            found, unknown = bound.get(a.kwarg.arg, {}).get(key), unpacked
-        else:
-            param = next((p for p in params if p.name == key), None)
-            if param is None:
-                return UNKNOWN, "unknown"  # a bound self / cls
+            found = bound.get(a.kwarg.arg, {}).get(key)
+        elif param := next((p for p in params if p.name == key), None):  # not a bound self / cls
             found = bound.get(key)
             unknown = unpacked or (star < len(args) and param.kind != P.KEYWORD_ONLY)
             if found is None and not unknown and not partial and param.default is not P.empty:
-                return self.value(param.default, callee.scope.parent), "default"
-        if found is not None:
-            return self.value(*found), "arg"
-        return UNKNOWN, "unknown" if unknown else "missing"
-
-
-def self_param(b: Binding) -> str | None:
-    """instance / class: `b` is the `self` / `cls` of a method."""
-    func = b.scope
-    params = [*func.node.args.posonlyargs, *func.node.args.args]
-    return func.method if func.method in ("instance", "class") and params and params[0] is b.node else None
+                return self.value(param.default, callee.scope.parent), True
+        else:
+            return UNKNOWN, False
+        return (UNKNOWN if found is None else self.value(*found)), False

@@ -1,11 +1,10 @@
 """A package's modules as scopes: what each name is bound to, by Python's scoping rules.
 
 One walk of each module's `ast` records, per scope (module, class, function or lambda,
-comprehension), every binding of a name: a value (an assignment's, or the def or class itself),
-an unpacked value, an import, a parameter, or `other` (a loop or `with` target, a name rebound
-through `global`, ...: not followed). It also records every call (a decorator applied without a
-call is one too) and what each function returns. `Package.lookup` finds a name as Python does:
-the scope, the enclosing functions (never a class body), the module, its `from x import *`.
+comprehension), every binding of a name: `value` (an assignment's value, a def, a class),
+`unpack` (a name of a tuple target), `import`, `param`, or `other` (a loop or `with` target, a
+name rebound through `global`, ...: not followed). It also records every call (a decorator
+applied without a call is one too), what each function returns and each `x.attr = value`.
 """
 
 from __future__ import annotations
@@ -19,16 +18,17 @@ from pathlib import Path
 TRANSPARENT_DECORATORS = {"staticmethod", "classmethod", "wraps", "cache", "lru_cache"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+NAMED = (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)  # `as name`, `**rest`
 
 
 @dataclass(eq=False)
 class Module:
-    key: tuple[str, ...]      # its path in the package: ("utils", "library")
-    is_package: bool          # an __init__.py
-    shown: Path               # how messages name its file
+    key: tuple[str, ...]  # its path in the package: ("utils", "library")
+    is_package: bool      # an __init__.py
+    shown: Path           # how messages name its file
     tree: ast.Module
     scope: Scope | None = None
-    attr_values: dict = field(default_factory=lambda: defaultdict(list))  # "self.lib": [(value, scope)]
+    attr_values: dict = field(default_factory=lambda: defaultdict(list))  # "self.lib": [(v, scope)]
 
 
 @dataclass(eq=False)
@@ -36,33 +36,34 @@ class Scope:
     kind: str                 # module | class | function | comprehension
     parent: Scope | None
     module: Module
-    node: ast.AST | None = None                     # the def, lambda or class
+    node: ast.AST | None = None  # the def, lambda or class
+    method: str | None = None    # a def in a class: instance | class | static
+    transparent: bool = True     # no decorator that may change its signature
     bindings: dict = field(default_factory=lambda: defaultdict(list))  # name: [Binding]
-    declared: dict[str, str] = field(default_factory=dict)            # name: global | nonlocal
-    star_imports: list[ast.ImportFrom] = field(default_factory=list)
-    method: str | None = None                       # a def in a class: instance | class | static
-    transparent: bool = True                        # no decorator that may change its signature
-    returns: list[ast.expr | None] = field(default_factory=list)
+    declared: dict = field(default_factory=dict)  # name: global | nonlocal
+    star_imports: list = field(default_factory=list)
+    returns: list = field(default_factory=list)   # expressions (None: a bare `return`)
     generator: bool = False
 
 
 @dataclass(eq=False)
 class Binding:
-    kind: str                 # value | unpack | import | param | other
-    node: ast.AST | None      # the value (evaluated in `scope`), def, class, alias or parameter
+    kind: str             # value | unpack | import | param | other
+    node: ast.AST | None  # the value (evaluated in `scope`), def, class, alias or parameter
     scope: Scope
-    extra: object = None      # import: its Import/ImportFrom; param: its slot
+    extra: object = None  # import: its Import/ImportFrom; param: its slot
 
 
 def dotted(node: ast.expr) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+    """`a.b.c` as text (None: not a dotted name)."""
+    if isinstance(node, ast.Attribute):
+        return (base := dotted(node.value)) and f"{base}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else None
 
 
 class Package:
+    """The modules, walked once; `lookup` finds a name as Python does."""
+
     def __init__(self, name: str, modules: list[Module]) -> None:
         self.name = name
         self.modules = {m.key: m for m in modules}
@@ -71,22 +72,21 @@ class Package:
         self.scopes: dict[int, Scope] = {}  # id(def, lambda or class node): its scope
         for module in modules:
             module.scope = Scope("module", None, module)
-            _Walker(self, module).body(module.tree.body, module.scope)
+            self.walk(module.tree.body, module.scope)
 
     def lookup(self, scope: Scope, name: str, seen: frozenset = frozenset()) -> list[Binding]:
+        """The scope, the enclosing functions (never a class body), the module, its `import *`."""
         s = scope.module.scope if scope.declared.get(name) == "global" else scope
-        while True:
-            if name in s.bindings and (s.kind != "class" or s is scope):
-                return s.bindings[name]
+        while name not in s.bindings or (s.kind == "class" and s is not scope):
             if s.parent is None:
-                break
+                for star in s.star_imports:
+                    key = self.from_key(s.module, star)
+                    if key in self.modules and key not in seen and (found := self.lookup(
+                            self.modules[key].scope, name, seen | {s.module.key})):
+                        return found
+                return []
             s = s.parent
-        for star in s.star_imports:
-            key = self.from_key(s.module, star)
-            if key in self.modules and key not in seen:
-                if found := self.lookup(self.modules[key].scope, name, seen | {s.module.key}):
-                    return found
-        return []
+        return s.bindings[name]
 
     def from_key(self, module: Module, node: ast.ImportFrom) -> tuple[str, ...] | None:
         """The package module `from X import ...` names (None: outside the package)."""
@@ -103,19 +103,15 @@ class Package:
         """The build's `_ops` module, written at build time (so not among the files)."""
         return bool(key) and key[-1] == "_ops" and key not in self.modules
 
-
-class _Walker:
-    def __init__(self, package: Package, module: Module) -> None:
-        self.package, self.module = package, module
-
-    def body(self, nodes: list[ast.AST], scope: Scope) -> None:
+    def walk(self, nodes, scope: Scope) -> None:
         for node in nodes:
             self.visit(node, scope)
 
-    def bind(self, scope: Scope, name: str, kind: str, node: ast.AST | None = None, extra=None) -> None:
-        how = scope.declared.get(name) if scope.kind == "function" else None
-        if how:  # rebound from a function through global / nonlocal: not followed
-            kind, node, scope = "other", None, self.module.scope if how == "global" else scope.parent
+    def bind(self, scope: Scope, name: str, kind: str, node=None, extra=None) -> None:
+        if how := scope.declared.get(name) if scope.kind == "function" else None:
+            # rebound from a function through global / nonlocal: not followed
+            kind, node = "other", None
+            scope = scope.module.scope if how == "global" else scope.parent
             while scope.kind != "function" and scope.parent is not None:
                 scope = scope.parent
         scope.bindings[name].append(Binding(kind, node, scope, extra))
@@ -125,16 +121,17 @@ class _Walker:
             self.function(node, scope)
         elif isinstance(node, ast.ClassDef):
             self.decorators(node.decorator_list, scope)
-            self.body([*node.bases, *(k.value for k in node.keywords)], scope)
+            self.walk([*node.bases, *(k.value for k in node.keywords)], scope)
             self.bind(scope, node.name, "value", node)
-            self.package.scopes[id(node)] = cscope = Scope("class", scope, self.module, node)
-            self.body(node.body, cscope)
+            self.scopes[id(node)] = inner = Scope("class", scope, scope.module, node)
+            self.walk(node.body, inner)
         elif isinstance(node, COMPREHENSIONS):
-            cscope = Scope("comprehension", scope, self.module)
+            inner = Scope("comprehension", scope, scope.module)
             for i, gen in enumerate(node.generators):  # the first iterable is evaluated outside
-                self.visit(gen.iter, scope if i == 0 else cscope)
-                self.body([gen.target, *gen.ifs], cscope)
-            self.body([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt], cscope)
+                self.visit(gen.iter, scope if i == 0 else inner)
+                self.walk([gen.target, *gen.ifs], inner)
+            self.walk([getattr(node, f) for f in ("key", "value", "elt") if hasattr(node, f)],
+                      inner)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
             if node.value is not None:
                 self.visit(node.value, scope)
@@ -145,23 +142,25 @@ class _Walker:
                 if alias.name == "*":
                     scope.star_imports.append(node)
                 else:
-                    self.bind(scope, alias.asname or alias.name.split(".")[0], "import", alias, node)
+                    name = alias.asname or alias.name.split(".")[0]
+                    self.bind(scope, name, "import", alias, node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            scope.declared.update(dict.fromkeys(node.names, "global" if isinstance(node, ast.Global) else "nonlocal"))
+            how = "global" if isinstance(node, ast.Global) else "nonlocal"
+            scope.declared.update(dict.fromkeys(node.names, how))
         elif isinstance(node, ast.Name):
             if not isinstance(node.ctx, ast.Load):
                 self.bind(scope, node.id, "other")
         else:
             if isinstance(node, ast.Call):
-                self.package.calls.append((node, scope))
+                self.calls.append((node, scope))
             elif isinstance(node, ast.Return) and scope.kind == "function":
                 scope.returns.append(node.value)
             elif isinstance(node, (ast.Yield, ast.YieldFrom)) and scope.kind == "function":
                 scope.generator = True
-            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)):
-                if name := getattr(node, "rest", None) or getattr(node, "name", None):
-                    self.bind(scope, name, "other")
-            self.body(list(ast.iter_child_nodes(node)), scope)
+            elif isinstance(node, NAMED) \
+                    and (name := getattr(node, "rest", None) or getattr(node, "name", None)):
+                self.bind(scope, name, "other")
+            self.walk(ast.iter_child_nodes(node), scope)
 
     def target(self, target: ast.expr, value: ast.expr, scope: Scope) -> None:
         if isinstance(target, ast.Name):
@@ -174,7 +173,7 @@ class _Walker:
                     self.visit(elt, scope)
         else:
             if isinstance(target, ast.Attribute) and (name := dotted(target)):
-                self.module.attr_values[name].append((value, scope))
+                scope.module.attr_values[name].append((value, scope))
             self.visit(target, scope)
 
     def decorators(self, decorators: list[ast.expr], scope: Scope) -> None:
@@ -182,28 +181,24 @@ class _Walker:
             self.visit(deco, scope)
             if isinstance(deco, (ast.Name, ast.Attribute)):  # applied as deco(fn): a call too
                 call = ast.copy_location(ast.Call(deco, [ast.Constant(None)], []), deco)
-                self.package.calls.append((call, scope))
+                self.calls.append((call, scope))
 
-    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, scope: Scope) -> None:
+    def function(self, node: ast.AST, scope: Scope) -> None:  # a def or a lambda
         args, decorators = node.args, getattr(node, "decorator_list", [])
         self.decorators(decorators, scope)
-        self.body([d for d in [*args.defaults, *args.kw_defaults] if d is not None], scope)
-        names = {(dotted(d.func if isinstance(d, ast.Call) else d) or "").split(".")[-1] for d in decorators}
-        method = None
-        if scope.kind == "class":
-            method = "static" if "staticmethod" in names else "class" if "classmethod" in names else "instance"
-        fscope = Scope("function", scope, self.module, node, method=method,
-                       transparent=names <= TRANSPARENT_DECORATORS)
-        self.package.scopes[id(node)] = fscope
+        self.walk([d for d in [*args.defaults, *args.kw_defaults] if d is not None], scope)
+        names = {(dotted(getattr(d, "func", d)) or "").split(".")[-1] for d in decorators}
+        method = None if scope.kind != "class" else "static" if "staticmethod" in names \
+            else "class" if "classmethod" in names else "instance"
+        self.scopes[id(node)] = inner = Scope("function", scope, scope.module, node, method,
+                                              names <= TRANSPARENT_DECORATORS)
         if not isinstance(node, ast.Lambda):
             self.bind(scope, node.name, "value", node)
         for p in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-            fscope.bindings[p.arg].append(Binding("param", p, fscope, ("param", p.arg)))
-        for p, slot in ((args.vararg, "varargs"), (args.kwarg, "varkw")):
+            inner.bindings[p.arg].append(Binding("param", p, inner, ("param", p.arg)))
+        for p, kind in ((args.vararg, "vararg"), (args.kwarg, "kwarg")):
             if p is not None:
-                fscope.bindings[p.arg].append(Binding("param", p, fscope, (slot,)))
+                inner.bindings[p.arg].append(Binding("param", p, inner, (kind,)))
         if isinstance(node, ast.Lambda):
-            fscope.returns.append(node.body)
-            self.visit(node.body, fscope)
-        else:
-            self.body(node.body, fscope)
+            inner.returns.append(node.body)
+        self.walk([node.body] if isinstance(node, ast.Lambda) else node.body, inner)
