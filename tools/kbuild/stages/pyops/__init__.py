@@ -22,9 +22,9 @@ Where a name comes from decides (names.py):
 - anything else (a variable, an attribute, a call of something outside the package, a parameter
   whose callers are not in the package): not decidable statically, so accepted.
 
-This module states the rule (`sink_of`: what each registration refuses); scopes.py finds what
-names are bound to, resolve.py what an expression can be, flow.py applies the rule at every call
-and follows parameters to their callers.
+This module states the rule (`sink_of`: what each registration refuses); collect.py records what
+each name is bound to (pass 1), evaluate.py what an expression can be and where each
+registration's name comes from (pass 2).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import BuildError
-from .flow import Check, Violation
-from .names import PREFIX_FN, Ext, Value
-from .scopes import Module, Package
+from .collect import Module, Package
+from .evaluate import PREFIX_FN, Eval, Ext, Value
 
 LIBRARY_MODULES = ("torch.library", "torch._library.custom_ops", "torch._library.triton")
 # The registrations that name an op, and the parameter that takes the name.
@@ -57,7 +56,18 @@ class Sink:
     schema: bool = False
 
     def refuses(self, value: Value) -> bool:
-        return value.ns if self.schema else value.is_literal
+        return value.ns if self.schema else value.kind in ("text", "literal")
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: Path
+    line: int
+    call: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.call}: {self.reason}"
 
 
 def sink_of(callee) -> Sink | None:
@@ -88,7 +98,7 @@ def check_modules(package: str, files: list[tuple[Path, str, Path]]) -> list[Vio
         parts = Path(rel).with_suffix("").parts
         is_package = parts[-1:] == ("__init__",)
         modules.append(Module(parts[:-1] if is_package else parts, is_package, path, tree))
-    found += Check(Package(package, modules), sink_of).run()
+    found += [Violation(*v) for v in Eval(Package(package, modules), sink_of).run()]
     order = {path: i for i, (_, _, path) in enumerate(files)}
     return sorted(found, key=lambda v: (order[v.path], v.line))
 

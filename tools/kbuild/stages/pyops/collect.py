@@ -1,21 +1,21 @@
-"""A package's modules as scopes: what each name is bound to, by Python's scoping rules.
+"""Pass 1: a package's modules as plain tables of what each name is bound to.
 
-One walk of each module's `ast` records, per scope (module, class, function or lambda,
-comprehension), every binding of a name: `value` (an assignment's value, a def, a class),
-`unpack` (a name of a tuple target), `import`, `param`, or `other` (a loop or `with` target, a
-name rebound through `global`, ...: not followed). It also records every call (a decorator
-applied without a call is one too), what each function returns and each `x.attr = value`.
+Per scope (module, class, def or lambda, comprehension), `bindings` maps a name to its
+`Binding`s: `value` (an assignment's value, a def, a class), `unpack` (a name of a tuple
+target), `import`, `param`, or `other` (a loop or `with` target, a name rebound through
+`global` or `nonlocal`, ...: never followed). A function also lists what it returns; the package
+lists every call (a decorator applied without a call is one too), a module its `x.attr = value`.
 """
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Decorators that keep a function's signature, so its call sites can be followed.
-TRANSPARENT_DECORATORS = {"staticmethod", "classmethod", "wraps", "cache", "lru_cache"}
+# Decorators that keep a function's signature, so its calls can be followed.
+TRANSPARENT = {"staticmethod", "classmethod", "wraps", "cache", "lru_cache"}
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 NAMED = (ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)  # `as name`, `**rest`
@@ -28,12 +28,12 @@ class Module:
     shown: Path           # how messages name its file
     tree: ast.Module
     scope: Scope | None = None
-    attr_values: dict = field(default_factory=lambda: defaultdict(list))  # "self.lib": [(v, scope)]
+    attrs: dict = field(default_factory=lambda: defaultdict(list))  # "self.lib": [(value, scope)]
 
 
 @dataclass(eq=False)
 class Scope:
-    kind: str                 # module | class | function | comprehension
+    kind: str                    # module | class | function | comprehension
     parent: Scope | None
     module: Module
     node: ast.AST | None = None  # the def, lambda or class
@@ -41,17 +41,14 @@ class Scope:
     transparent: bool = True     # no decorator that may change its signature
     bindings: dict = field(default_factory=lambda: defaultdict(list))  # name: [Binding]
     declared: dict = field(default_factory=dict)  # name: global | nonlocal
-    star_imports: list = field(default_factory=list)
+    stars: list = field(default_factory=list)     # its `from ... import *`
     returns: list = field(default_factory=list)   # expressions (None: a bare `return`)
     generator: bool = False
 
 
-@dataclass(eq=False)
-class Binding:
-    kind: str             # value | unpack | import | param | other
-    node: ast.AST | None  # the value (evaluated in `scope`), def, class, alias or parameter
-    scope: Scope
-    extra: object = None  # import: its Import/ImportFrom; param: its slot
+# kind: value | unpack | import | param | other; node: the value (evaluated in `scope`), def,
+# class, alias or parameter; extra: an import's Import / ImportFrom, a parameter's slot.
+Binding = namedtuple("Binding", "kind node scope extra", defaults=(None,))
 
 
 def dotted(node: ast.expr) -> str | None:
@@ -62,11 +59,8 @@ def dotted(node: ast.expr) -> str | None:
 
 
 class Package:
-    """The modules, walked once; `lookup` finds a name as Python does."""
-
     def __init__(self, name: str, modules: list[Module]) -> None:
-        self.name = name
-        self.modules = {m.key: m for m in modules}
+        self.name, self.modules = name, {m.key: m for m in modules}
         self.packages = {m.key[:i] for m in modules for i in range(len(m.key) + 1)}
         self.calls: list[tuple[ast.Call, Scope]] = []
         self.scopes: dict[int, Scope] = {}  # id(def, lambda or class node): its scope
@@ -79,12 +73,10 @@ class Package:
         s = scope.module.scope if scope.declared.get(name) == "global" else scope
         while name not in s.bindings or (s.kind == "class" and s is not scope):
             if s.parent is None:
-                for star in s.star_imports:
-                    key = self.from_key(s.module, star)
-                    if key in self.modules and key not in seen and (found := self.lookup(
-                            self.modules[key].scope, name, seen | {s.module.key})):
-                        return found
-                return []
+                keys = [self.from_key(s.module, star) for star in s.stars]
+                return next((found for key in keys if key in self.modules and key not in seen
+                             and (found := self.lookup(self.modules[key].scope, name,
+                                                       seen | {s.module.key}))), [])
             s = s.parent
         return s.bindings[name]
 
@@ -99,18 +91,13 @@ class Package:
         base = base[:len(base) - (node.level - 1)]
         return base + tuple(node.module.split(".")) if node.module else base
 
-    def is_generated(self, key: tuple[str, ...]) -> bool:
-        """The build's `_ops` module, written at build time (so not among the files)."""
-        return bool(key) and key[-1] == "_ops" and key not in self.modules
-
     def walk(self, nodes, scope: Scope) -> None:
         for node in nodes:
             self.visit(node, scope)
 
     def bind(self, scope: Scope, name: str, kind: str, node=None, extra=None) -> None:
         if how := scope.declared.get(name) if scope.kind == "function" else None:
-            # rebound from a function through global / nonlocal: not followed
-            kind, node = "other", None
+            kind, node = "other", None  # rebound from a function through global / nonlocal
             scope = scope.module.scope if how == "global" else scope.parent
             while scope.kind != "function" and scope.parent is not None:
                 scope = scope.parent
@@ -140,10 +127,10 @@ class Package:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 if alias.name == "*":
-                    scope.star_imports.append(node)
+                    scope.stars.append(node)
                 else:
-                    name = alias.asname or alias.name.split(".")[0]
-                    self.bind(scope, name, "import", alias, node)
+                    self.bind(scope, alias.asname or alias.name.split(".")[0], "import", alias,
+                              node)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             how = "global" if isinstance(node, ast.Global) else "nonlocal"
             scope.declared.update(dict.fromkeys(node.names, how))
@@ -173,15 +160,15 @@ class Package:
                     self.visit(elt, scope)
         else:
             if isinstance(target, ast.Attribute) and (name := dotted(target)):
-                scope.module.attr_values[name].append((value, scope))
+                scope.module.attrs[name].append((value, scope))
             self.visit(target, scope)
 
     def decorators(self, decorators: list[ast.expr], scope: Scope) -> None:
         for deco in decorators:
             self.visit(deco, scope)
             if isinstance(deco, (ast.Name, ast.Attribute)):  # applied as deco(fn): a call too
-                call = ast.copy_location(ast.Call(deco, [ast.Constant(None)], []), deco)
-                self.calls.append((call, scope))
+                self.calls.append((ast.copy_location(ast.Call(deco, [ast.Constant(None)], []),
+                                                     deco), scope))
 
     def function(self, node: ast.AST, scope: Scope) -> None:  # a def or a lambda
         args, decorators = node.args, getattr(node, "decorator_list", [])
@@ -191,7 +178,7 @@ class Package:
         method = None if scope.kind != "class" else "static" if "staticmethod" in names \
             else "class" if "classmethod" in names else "instance"
         self.scopes[id(node)] = inner = Scope("function", scope, scope.module, node, method,
-                                              names <= TRANSPARENT_DECORATORS)
+                                              names <= TRANSPARENT)
         if not isinstance(node, ast.Lambda):
             self.bind(scope, node.name, "value", node)
         for p in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
