@@ -4,7 +4,9 @@
 # at a time, no compiler cache), the kernel's speed on both builds (bench_split_runtime.py, when
 # NAME has cases there), then the project's own tests against the `on` build.
 #
-#   gpu/heavy.sh CORPUS.tar.gz PROJECT [OFF_LIMIT ON_LIMIT TEST_LIMIT]
+#   gpu/heavy.sh CORPUS.tar.gz PROJECT [OFF_LIMIT ON_LIMIT TEST_LIMIT [RUNTIME_LIMIT]]
+#
+# A limit of 0 leaves that step out (TEST_LIMIT, RUNTIME_LIMIT; defaults 90 and 120 s).
 #
 # Carried: .whl/ (the builder's and the loader's wheels) and .kbuild/cutlass-cache.tar.gz (see
 # tests/compat/run_projects_gpu.sh). Results in $OUT: bench_heavy_h200.json, split_runtime.json,
@@ -12,7 +14,7 @@
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$PWD
-CORPUS=$1 NAME=$2 OFF_LIMIT=${3:-330} ON_LIMIT=${4:-240} TEST_LIMIT=${5:-90}
+CORPUS=$1 NAME=$2 OFF_LIMIT=${3:-330} ON_LIMIT=${4:-240} TEST_LIMIT=${5:-90} RUNTIME_LIMIT=${6:-120}
 OUT=${OUT:-/tmp/kbuild-heavy/out}
 WORK=/tmp/kbuild-heavy
 mkdir -p "$OUT" "$WORK"
@@ -31,13 +33,13 @@ for mode in off on; do
   python3 benchmarks/bench_heavy.py --corpus "$CORPUS" --projects "$NAME" --modes "$mode" \
     --python python3 --limit "$limit" --out "$OUT/bench_heavy_h200.json" --keep "$WORK/keep"
 done
-if [[ -d $WORK/keep/off/$NAME && -d $WORK/keep/on/$NAME ]]; then
-  timeout 120 python3 benchmarks/bench_split_runtime.py --pair "$NAME" "$WORK/keep/off/$NAME" \
+if [[ $RUNTIME_LIMIT != 0 && -d $WORK/keep/off/$NAME && -d $WORK/keep/on/$NAME ]]; then
+  timeout "$RUNTIME_LIMIT" python3 benchmarks/bench_split_runtime.py --pair "$NAME" "$WORK/keep/off/$NAME" \
     "$WORK/keep/on/$NAME" --reps 100 --rounds 5 --out "$OUT/split_runtime.json"
 fi
 # The project's own tests against the `on` build, as run_projects.py runs them.
 build=$WORK/keep/on/$NAME/build
-if [[ -d $build ]]; then
+if [[ $TEST_LIMIT != 0 && -d $build ]]; then
   rm -rf "$WORK/src" && mkdir -p "$WORK/src" && tar -xzf "$CORPUS" -C "$WORK/src" "$NAME"
   variant=$(ls "$build" | head -n 1)
   module=${NAME//-/_}
