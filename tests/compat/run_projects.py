@@ -233,21 +233,24 @@ def run_scripts(project: Path, res: Result, args, work: Path, log: Path, want: d
 CHECK = """import json, sys
 from pathlib import Path
 from kbuild.stages.check import check_variant, variant_dirs
+codes = {}
 for d in variant_dirs(Path(sys.argv[1])):
     r = check_variant(d, python=sys.executable, load=sys.argv[2] == "load")
-    print("check", d.name, json.dumps([p.code for p in r.problems]), *map(str, r.problems), sep=" | ")
+    print(d.name, *map(str, r.problems), sep="\\n  ")
+    codes[d.name] = [p.code for p in r.problems]
+Path(sys.argv[3]).write_text(json.dumps(codes))
 """
 
 
 def check(project: Path, res: Result, args, log: Path) -> None:
     """`kbuild check` of each variant (an --env build is another torch than this interpreter's:
     checked without the load). A local build's mark alone (never published) is `ok (local build)`."""
-    start = log.stat().st_size if log.exists() else 0
-    code = run([sys.executable, "-c", CHECK, str(project / "build"), "no-load" if args.env else "load"],
-               log, timeout=600)
-    codes = {c for line in log.read_bytes()[start:].decode(errors="replace").splitlines()
-             if line.startswith("check | ") for c in json.loads(line.split(" | ")[2])}
-    if code != 0:
+    found = log.with_suffix(".check.json")
+    found.unlink(missing_ok=True)
+    code = run([sys.executable, "-c", CHECK, str(project / "build"), "no-load" if args.env else "load",
+                str(found)], log, timeout=600)
+    codes = {c for cs in json.loads(found.read_text()).values() for c in cs} if found.is_file() else None
+    if code != 0 or codes is None:
         res.check = "FAILED"
     elif not codes:
         res.check = "ok"

@@ -99,11 +99,10 @@ class Split:
     nvcc_split: int = 1
 
     def __str__(self) -> str:
+        split = self.cuda_files and self.nvcc_split > 1
         nvcc = (f", nvcc {self.nvcc_jobs} at a time × {self.nvcc_threads} threads"
-                + (f" × split {self.nvcc_split}" if self.nvcc_split > 1 else "")
-                if self.cuda_files else "")
-        slower = ("; split code may run slower: KBUILD_NVCC_SPLIT=1 to time kernels"
-                  if self.cuda_files and self.nvcc_split > 1 else "")
+                + (f" × split {self.nvcc_split}" if split else "") if self.cuda_files else "")
+        slower = "; split code may run slower: KBUILD_NVCC_SPLIT=1 to time kernels" if split else ""
         return (f"{self.jobs} jobs{nvcc} ({self.cores} cores, {self.memory_gib:.0f} GiB "
                 f"available{slower})")
 

@@ -27,12 +27,10 @@ spec.loader.exec_module(run_projects)
 ])
 def test_check_column(codes, exit_code, expected, tmp_path, monkeypatch):
     log = tmp_path / "p.log"
-    log.write_text("check | old | [\"load.failed\"]\n")  # an earlier step's lines are not read
+    log.with_suffix(".check.json").write_text('{"old": ["load.failed"]}')  # an earlier run's
 
     def fake_run(cmd, log_path: Path, **_):
-        with log_path.open("a") as f:
-            for name, c in codes.items():
-                f.write(f"check | {name} | {json.dumps(c)} | détails\n")
+        Path(cmd[-1]).write_text(json.dumps(codes))
         return exit_code
     monkeypatch.setattr(run_projects, "run", fake_run)
     res = run_projects.Result(project="p")

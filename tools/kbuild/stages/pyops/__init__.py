@@ -10,7 +10,7 @@ clash, and the kernel's own `ops` never sees it. The rule, as upstream kernel-bu
 - `torch.library.Library(ns, ...)` must not be given a literal namespace, nor its `define`/`impl`
   a literal `ns::op` name.
 
-Where a name comes from decides (names.py):
+Where a name comes from decides (evaluate.py):
 - built by `add_op_namespace_prefix(...)` (by name, also through a package function that returns
   it) or an op / `.name` of the generated `ops`: accepted;
 - a literal (a string, an f-string, `+`, `%`, `.format` or `.join` whose namespace part is
@@ -71,7 +71,7 @@ class Violation:
 
 
 def sink_of(callee) -> Sink | None:
-    """The registration a callee (what resolve.py says it can be) is, if any."""
+    """The registration a callee (what evaluate.py says it can be) is, if any."""
     module, _, fn = callee.origin.rpartition(".") if isinstance(callee, Ext) else ("", "", "")
     if module == "torch.library.Library()" and fn in ("define", "impl"):
         return Sink(f"Library.{fn}", "schema" if fn == "define" else "op_name",
