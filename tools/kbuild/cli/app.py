@@ -17,6 +17,7 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,  # help texts name TOML tables: [dist], [torch-noarch]
                   help="Build PyTorch kernels in the Hugging Face `kernels` format.")
 # The one console set-up. Off a terminal (logs, CI) the width is $COLUMNS, else 160 columns.
 LOG_WIDTH = 160

@@ -11,7 +11,7 @@ import typer
 from ..core.errors import BuildError
 from .app import app, log
 
-hub_app = typer.Typer(no_args_is_help=True, help="A local Hub-compatible server on 127.0.0.1.")
+hub_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="A local Hub-compatible server on 127.0.0.1.")
 app.add_typer(hub_app, name="hub")
 
 

@@ -168,3 +168,14 @@ def test_plain_progress_is_sparse_but_never_silent():
     clock.now = 50
     display.beat()
     assert buf.getvalue().splitlines()[-1] == "v: still checking that the extension loads (20s)"
+
+
+@pytest.mark.parametrize("argv, table", [(["build", "--help"], "[dist]"),
+                                         (["init", "--help"], "[torch-noarch]"),
+                                         (["upload", "--help"], "[general.hub]"),
+                                         (["matrix", "update", "--help"], "[tool.kbuild.update]")])
+def test_help_keeps_toml_table_names(argv, table):
+    """Help texts name TOML tables in brackets; they are shown, not read as markup and dropped."""
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    assert table in result.output
