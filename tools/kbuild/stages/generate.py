@@ -230,7 +230,10 @@ def plan_cmake(plan: VariantPlan) -> str:
     torch_cfg = plan.manifest.torch
     dep_includes, dep_dirs = cutlass.kernel_includes(plan)
     all_dep_includes = list(dict.fromkeys(d for dirs in dep_includes.values() for d in dirs))
-    torch_includes = list(torch.include_dirs) + (plan.cuda.include_dirs if plan.cuda else [])
+    # The toolkit's headers first, then those of torch's CUDA libraries (as upstream's torch).
+    cuda_includes = (list(dict.fromkeys(plan.cuda.include_dirs + torch.cuda_library_include_dirs))
+                     if plan.cuda else [])
+    torch_includes = list(torch.include_dirs) + cuda_includes
     toolkit = [str(plan.cuda.root)] if plan.cuda else []
     # As upstream, the project's csrc/ is on every source's include path.
     common_includes = [str(project / "csrc")] if (project / "csrc").is_dir() else []
@@ -256,7 +259,7 @@ def plan_cmake(plan: VariantPlan) -> str:
         includes[name] = ([str(project / d) for d in kernel.include] + common_includes
                           + dep_includes.get(name, []))
         if plan.cuda and kernel.backend == Backend.CUDA:
-            includes[name] += plan.cuda.include_dirs
+            includes[name] += cuda_includes
             env_dirs = ([torch.site_packages, torch.python_include, *torch_includes]
                         if "torch" in kernel.depends else [])
             check_cuda_kernel(plan, name, kernel, includes[name] + toolkit + dep_dirs + env_dirs)

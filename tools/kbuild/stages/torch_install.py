@@ -46,6 +46,14 @@ class TorchInstall:
         return [str(inc), str(inc / "torch" / "csrc" / "api" / "include")]
 
     @property
+    def cuda_library_include_dirs(self) -> list[str]:
+        """Headers of the NVIDIA libraries this torch was installed with (cuRAND, cuFFT, cuDNN,
+        NCCL... from its nvidia-* wheels): upstream's torch hands its CUDA libraries' headers to
+        every kernel (`curand_kernel.h` for dropout), and a toolkit of nvcc alone lacks them."""
+        site = Path(self.site_packages) / "nvidia"
+        return [str(p) for p in sorted(site.glob("*/include")) if p.is_dir()]
+
+    @property
     def lib_dir(self) -> str:
         return str(Path(self.torch_root) / "lib")
 

@@ -239,3 +239,20 @@ def test_a_kernel_of_headers_only_makes_no_unit(tmp_path):
                                           "headers": cpu_kernel(["csrc/d.h"])})
     units = generate.compile_units(plan_of(project), {"k": [], "headers": []})
     assert [u.name for u in units] == ["k"]
+
+
+def test_cuda_kernels_see_the_headers_of_torchs_cuda_libraries_after_the_toolkits(tmp_path):
+    """As upstream's torch (its CUDA libraries propagated to kernels): curand_kernel.h from the
+    nvidia-* wheels torch was installed with, searched after the toolkit's own headers."""
+    project = cuda_project(tmp_path / "p")
+    site = tmp_path / "site" / "nvidia"
+    for lib in ("cu13", "cudnn", "nccl"):
+        (site / lib / "include").mkdir(parents=True)
+    (site / "cu13" / "include" / "curand_kernel.h").write_text("")
+    (site / "cu13" / "lib").mkdir()  # no headers: not an include dir
+    got = read_back(generate.plan_cmake(cuda_plan_of(project)), tmp_path,
+                    ["KB_TORCH_INCLUDES", "KB_KERNEL_k_INCLUDES"])
+    wheels = [str(site / lib / "include") for lib in ("cu13", "cudnn", "nccl")]
+    toolkit = str(tmp_path / "cuda" / "include")
+    assert got["KB_KERNEL_k_INCLUDES"][-4:] == [toolkit, *wheels]
+    assert got["KB_TORCH_INCLUDES"][-4:] == [toolkit, *wheels]
