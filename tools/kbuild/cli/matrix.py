@@ -271,7 +271,8 @@ def lock(
         raise typer.Exit(1)
 
 
-matrix_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Maintain the environment matrix (pixi.toml).")
+matrix_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                         help="Maintain the environment matrix (pixi.toml).")
 app.add_typer(matrix_app, name="matrix")
 
 
