@@ -8,7 +8,12 @@
 #
 # A limit of 0 leaves that step out (TEST_LIMIT, RUNTIME_LIMIT; defaults 90 and 120 s).
 #
-# Carried: .whl/ (the builder's and the loader's wheels) and .kbuild/cutlass-cache.tar.gz (see
+# Carried: .whl/ (the builder's and the loader's wheels, for the GPU image's Python 3.12):
+#   pip download -d .whl --only-binary=:all: --python-version 3.12 --no-deps \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     kernels==0.17.2 pydantic pydantic-core annotated-types typing-inspection tomli-w tomlkit \
+#     kernel-abi-check pyelftools "typing-extensions>=4.16"
+# (pydantic-core at the version pydantic pins), and .kbuild/cutlass-cache.tar.gz (how to make it:
 # tests/compat/run_projects_gpu.sh). Results in $OUT: bench_heavy_h200.json, split_runtime.json,
 # tests.log, build logs.
 set -u -o pipefail
