@@ -16,9 +16,17 @@ from .. import __version__
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST
 
+HELP_MARKUP = None  # help texts name TOML tables ([dist], [torch-noarch]): never read as markup
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,  # help texts name TOML tables: [dist], [torch-noarch]
+                  rich_markup_mode=HELP_MARKUP,
                   help="Build PyTorch kernels in the Hugging Face `kernels` format.")
+
+
+def command_group(name: str, help: str) -> typer.Typer:
+    """A `kbuild NAME ...` group of commands, its help shown as the app's."""
+    group = typer.Typer(no_args_is_help=True, rich_markup_mode=HELP_MARKUP, help=help)
+    app.add_typer(group, name=name)
+    return group
 # The one console set-up. Off a terminal (logs, CI) the width is $COLUMNS, else 160 columns.
 LOG_WIDTH = 160
 

@@ -9,10 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from ..core.errors import BuildError
-from .app import app, log
+from .app import command_group, log
 
-hub_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="A local Hub-compatible server on 127.0.0.1.")
-app.add_typer(hub_app, name="hub")
+hub_app = command_group("hub", "A local Hub-compatible server on 127.0.0.1.")
 
 
 @hub_app.command("serve")

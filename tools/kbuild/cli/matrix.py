@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from ..core.errors import BuildError
 from ..core.layout import Layout
-from .app import app, err, keep_whole, out, table as make_table, warn
+from .app import app, command_group, err, keep_whole, out, table as make_table, warn
 from .build import DistOpt, use_scheduler
 
 
@@ -271,9 +271,7 @@ def lock(
         raise typer.Exit(1)
 
 
-matrix_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                         help="Maintain the environment matrix (pixi.toml).")
-app.add_typer(matrix_app, name="matrix")
+matrix_app = command_group("matrix", "Maintain the environment matrix (pixi.toml).")
 
 
 @matrix_app.command("update")
