@@ -107,13 +107,9 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
     use_scheduler(dist_scheduler)
     if cutlass_substitute:  # read by stages/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
-    if env:
-        if python:
-            raise BuildError("--env and --python exclude each other")
-        from ..matrix.envs import realise_env
-        real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"))
-        python, cuda_home = str(real.python), cuda_home or real.cuda_home
-    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home), cuda_capabilities)
+    python, env_cuda = realised_python(project, env, python)
+    run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home or env_cuda),
+              cuda_capabilities)
 
 
 def use_scheduler(url: str | None) -> None:
@@ -236,21 +232,86 @@ class PassThroughCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+def realised_python(project: Path, env: str | None, python: str | None, *,
+                    compiler: bool = True) -> tuple[str | None, Path | None]:
+    """--env: the environment's interpreter (and CUDA root), realised from its lock; else
+    --python (or the active environment's)."""
+    if not env:
+        return target_python(python), None
+    if python:
+        raise BuildError("--env and --python exclude each other")
+    from ..matrix.envs import realise_env
+    real = realise_env(project, env, log=lambda m: note(f"{env}: {m}"), compiler=compiler)
+    return str(real.python), real.cuda_home
+
+
+def pytest_status(code: int, args: list[str]) -> None:
+    """pytest's exit status becomes ours; one it does not explain itself is said in words."""
+    from ..stages import devtest
+    words = devtest.status_words(code, args)
+    if words:
+        err.print(words, highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def write_through(text: str) -> None:  # pytest's own output, colours and all
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 @app.command(cls=PassThroughCommand)
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
-        python: PythonOpt = None) -> None:
-    """The fast loop: rebuild what changed, then run the project's tests/ against the build.
+        python: PythonOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
+        jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
+        cuda_capabilities: CapsOpt = None) -> None:
+    """The fast loop: rebuild what changed, then run the project's tests/ against that build.
 
-    Arguments after `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks through the
-    built package point at its torch-ext/ sources."""
-    python = target_python(python)
-    run_build(project, backend, python)
+    The tests load the build just made however they load the kernel: `get_kernel(REPO_ID, ...)`
+    of the manifest's general.hub.repo-id resolves to it (LOCAL_KERNELS), and `import MODULE`
+    imports it. Arguments after `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks
+    through the built package point at its torch-ext/ sources."""
+    from ..stages import devtest
+    from ..stages.compile import check_jobs
+    check_jobs(jobs)
     if not (project / "tests").is_dir():
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
-    from ..stages import devtest
+    python, env_cuda = realised_python(project, env, python)
+    results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
+                        cuda_capabilities=cuda_capabilities)
+    tested = devtest.target(project, Layout.of(project).build_dir, own_backend_first(results, python))
+    note(tested.describe())
+    args = ctx.meta.get("pytest_args", [])
+    pytest_status(devtest.run_tests(project, python, args, write=write_through,
+                                    color=out.is_terminal, tested=tested), args)
 
-    def write(text: str) -> None:  # pytest's own output, colours and all
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    raise typer.Exit(devtest.run_tests(project, python, ctx.meta.get("pytest_args", []),
-                                       write=write, color=out.is_terminal))
+
+def own_backend_first(results: list, python: str | None) -> list[Path]:
+    """The built variants, the one of torch's own backend (CUDA for a CUDA torch) first: the one
+    `import MODULE` gives."""
+    from ..core.variant import Variant
+    from ..stages.torch_install import read_torch_install
+    cuda = read_torch_install(python).cuda is not None
+    return [r.path for r in sorted(results, key=lambda r: (
+        Variant.parse(r.variant).compute == "cpu") == cuda)]
+
+
+@app.command("test", cls=PassThroughCommand)
+def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
+          python: PythonOpt = None, env: Annotated[Optional[str], typer.Option(
+              "--env", "-e", help="Test in this environment of pixi.toml, realised from PyPI "
+                                  "(from its lock), without its compiler.")] = None) -> None:
+    """Run the project's tests/ against a build that exists, without compiling anything.
+
+    The variant is the one the `kernels` loader of PYTHON (or --env) would load from BUILD_DIR;
+    the tests load it as `kbuild dev` sets up (LOCAL_KERNELS and `import MODULE`). Runs where no
+    compiler is installed (a GPU runner that receives the built variants). Arguments after `--`
+    go to pytest: `kbuild test -- -m kernels_ci`. Exits with pytest's status."""
+    from ..stages import devtest
+    if not (project / "tests").is_dir():
+        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
+    python, _ = realised_python(project, env, python, compiler=False)
+    tested = devtest.select_variants(project, Layout.of(project, build_dir).build_dir, python)
+    note(tested.describe())
+    args = ctx.meta.get("pytest_args", [])
+    pytest_status(devtest.run_tests(project, python, args, write=write_through,
+                                    color=out.is_terminal, tested=tested), args)

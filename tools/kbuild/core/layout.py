@@ -3,6 +3,7 @@
     PROJECT/build.toml              the manifest
     PROJECT/pixi.toml               the environment matrix (optional)
     PROJECT/build/<variant>/        built variants (`metadata.json` marks one)
+    PROJECT/compile_commands.json   the last build's compile commands (for clangd, VS Code)
     PROJECT/.kbuild/                everything generated (removed by `kbuild clean`):
         <variant>/                  generated build files, cmake-build/, build.log
         staging/                    variants being assembled, renamed into build/ when complete
@@ -10,6 +11,7 @@
         logs/                       build-all and environment logs
         buildall/                   build-all fingerprints
         bench/                      `kbuild bench` results
+        import/<module>             the variant a test run imports as `<module>` (a link)
         torch-installs.json         cache of inspected torch installations
 """
 
@@ -83,6 +85,16 @@ class Layout:
     @property
     def bench(self) -> Path:
         return self.work / "bench"
+
+    @property
+    def import_shim(self) -> Path:
+        """The folder on a test run's PYTHONPATH: `<module>` links to the variant tested."""
+        return self.work / "import"
+
+    @property
+    def compile_commands(self) -> Path:
+        """The last build's compile commands, where clangd and VS Code look for them."""
+        return self.root / "compile_commands.json"
 
     @property
     def torch_cache(self) -> Path:

@@ -308,17 +308,18 @@ def lock_states(spec: EnvSpec) -> tuple[locks.LockState | None, locks.LockState 
 
 
 def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: Log = lambda _: None,
-            log_dir: Path | None = None, torch_index: bool = False, locked: bool = False) -> Realised:
+            log_dir: Path | None = None, torch_index: bool = False, locked: bool = False,
+            compiler: bool = True) -> Realised:
     """The environment of `spec`, created or reused: from its locks when pixi.toml has them (a stale
-    lock is an error), else resolved afresh (an error when `locked`). Raises BuildError when it
-    can't be realised."""
+    lock is an error), else resolved afresh (an error when `locked`); with its CUDA toolkit unless
+    `compiler` is off (a test run). Raises BuildError when it can't be realised."""
     inst = inst or installer()
     log_dir = log_dir or folder / "logs"
     start = time.monotonic()
     tk_state, env_state = lock_states(spec)  # a malformed lock is refused here
     # everything is decided, and every lock checked for this machine, before anything is created
     tk_pkgs = None
-    if spec.cuda and spec.toolkit_wheels:
+    if spec.cuda and spec.toolkit_wheels and compiler:
         tk_pkgs = packages(tk_state, list(spec.toolkit_wheels), [], locked)
     req, indexes = torch_source(spec, torch_index)
     pkgs = packages(env_state, [req, *spec.pypi_extra], indexes, locked)
@@ -326,7 +327,7 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
         if p is not None:
             p.preflight(inst)
     cuda_home, tk_created = None, False
-    if spec.cuda:
+    if spec.cuda and compiler:
         cuda_home, tk_created, _ = toolkit(spec, folder, inst, log, log_dir, tk_state, locked,
                                            pkgs=tk_pkgs)
 
@@ -366,16 +367,18 @@ def describe(spec: EnvSpec, folder: Path) -> dict:
     return row
 
 
-def realise_env(project: Path, name: str, *, log: Log = lambda _: None) -> Realised:
+def realise_env(project: Path, name: str, *, log: Log = lambda _: None,
+                compiler: bool = True) -> Realised:
     """`build --env NAME`: environment NAME of the project's matrix, realised from PyPI (from its
-    lock when it has one) in the project's envs folder."""
+    lock when it has one) in the project's envs folder; `test --env NAME` without its toolkit."""
     from . import matrix as matrix_mod
 
     project = project.resolve()
     mx = matrix_mod.load(project)
     if mx.default:
         log(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
-    return realise(mx.get(name), envs_dir(project), log=log, log_dir=Layout.of(project).logs)
+    return realise(mx.get(name), envs_dir(project), log=log, log_dir=Layout.of(project).logs,
+                   compiler=compiler)
 
 
 def env_key(spec: EnvSpec, folder: Path) -> str | None:

@@ -1,33 +1,169 @@
-"""`kbuild dev`'s last step: the project's own tests/ run by pytest against its build, with
-every path of a built variant's Python file in their output shown as the torch-ext/ file it
-was copied from (so a traceback points at the source to edit)."""
+"""The test stage (`kbuild dev`'s last step, and `kbuild test`): the project's own tests/ run by
+pytest against one build, however they load the kernel, with every path of a built variant's
+Python file in their output shown as the torch-ext/ file it was copied from (so a traceback
+points at the source to edit).
+
+Tests load the build they are given and nothing else: `get_kernel(repo_id, version=N)` callers
+through `LOCAL_KERNELS` (the loader's own override, `repo=path[:repo2=path2]`: the manifest's
+`general.hub.repo-id` mapped to the variant, other repositories' entries kept), and
+`import <module>` callers through a link `.kbuild/import/<module>` on `PYTHONPATH`. `kbuild test`
+picks the variant as the loader in the target interpreter would (`select_variant.py`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
 from ..core import manifest as manifest_mod
+from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
-from ..core.runner import call, stream
+from ..core.runner import call, capture, stream
+
+LOCAL_KERNELS = "LOCAL_KERNELS"
+NO_TESTS_COLLECTED = 5  # pytest's exit status
+CI_MARKER = "kernels_ci"  # kernels-community's selection for GPU runners (`pytest -m kernels_ci`)
 
 # pytest options that need the terminal itself (a debugger, uncaptured output).
 INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
 
 
-def source_map(project: Path, build_dir: Path) -> dict[str, str]:
-    """Python files of built variants → the torch-ext/ files they were copied from, as absolute
-    paths and as paths relative to the project (how pytest prints them)."""
-    module = manifest_mod.load(project).general.module_name
-    package = Layout.of(project).module_dir(module)
-    mapping: dict[str, str] = {}
-    if not build_dir.is_dir():
-        return mapping
-    for variant in build_dir.iterdir():
-        if not (variant / METADATA).is_file():
+@dataclass(frozen=True)
+class TestTarget:
+    """What one test run loads: variant folders of one build, for one interpreter."""
+
+    project: Path
+    build_dir: Path
+    variants: tuple[Path, ...]  # the first is what `import <module>` gives
+    repo_id: str | None         # general.hub.repo-id: what get_kernel callers name
+    module: str
+
+    @property
+    def local_path(self) -> Path:
+        """Where LOCAL_KERNELS points the repo: the variant itself, or (several backends) the
+        build folder, where the loader picks among them by backend."""
+        return self.variants[0] if len(self.variants) == 1 else self.build_dir
+
+    def shown(self, path: Path) -> str:
+        return str(path.relative_to(self.project)) if path.is_relative_to(self.project) else str(path)
+
+    def describe(self) -> str:
+        """The one line said before the tests run."""
+        ways = [f"import {self.module}"]
+        if self.repo_id:
+            ways.insert(0, f'get_kernel("{self.repo_id}") through {LOCAL_KERNELS}')
+        folders = ", ".join(self.shown(v) for v in self.variants)
+        return f"tests load {folders} ({'; '.join(ways)})"
+
+
+def target(project: Path, build_dir: Path, variants: list[Path]) -> TestTarget:
+    general = manifest_mod.load(project, warn=lambda _: None).general
+    return TestTarget(project.resolve(), build_dir.resolve(), tuple(v.resolve() for v in variants),
+                      general.hub.repo_id, general.module_name)
+
+
+def select_variants(project: Path, build_dir: Path, python: str | None) -> TestTarget:
+    """The variants of `build_dir` that the `kernels` loader in `python` would load, best first;
+    where `kernels` is not installed there, the variant named for its torch and backend. Refuses
+    (listing what is there, and why each does not fit) when none would load."""
+    python = python or sys.executable
+    present = sorted(d.name for d in build_dir.iterdir() if (d / METADATA).is_file()) \
+        if build_dir.is_dir() else []
+    if not present:
+        raise BuildError("no built variants to test", file=build_dir,
+                         hint="run `kbuild build` first, or pass --build-dir")
+    script = resources.files("kbuild") / "resources" / "scripts" / "select_variant.py"
+    proc = capture([python, str(script), str(build_dir)], timeout=300)
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError(f"{python} could not be asked which variant it loads (exit "
+                         f"{proc.returncode}): {proc.stderr.strip()[-300:]}",
+                         hint="check that this interpreter runs and has torch") from None
+    if "error" in answer:
+        chosen, why = _by_name(python, present), {}
+    else:
+        chosen = [n for n in answer["chosen"] if n in present]
+        why = answer.get("rejected", {})
+    if not chosen:
+        from .torch_install import read_torch_install
+        torch = read_torch_install(python)
+        listing = "; ".join(f"{n}" + (f" ({why[n]})" if n in why else "") for n in present)
+        raise BuildError(f"no variant in {build_dir} loads with torch {torch.torch_version} of "
+                         f"{python}; there is: {listing}",
+                         hint="build one for this torch (`kbuild build --python PY` or --env ENV), "
+                              "or test with the interpreter the variants were built for")
+    return target(project, build_dir, [build_dir / n for n in chosen])
+
+
+def _by_name(python: str, present: list[str]) -> list[str]:
+    """Without `kernels` in the target: the variant named for its torch's own backend."""
+    from ..core.backend import Backend
+    from .plan import variant_of
+    from .torch_install import read_torch_install
+    torch = read_torch_install(python)
+    backend = Backend.CUDA if torch.cuda else Backend.CPU
+    names = [variant_of(torch, backend).name, f"torch-{backend.value}", "torch-universal"]
+    return [n for n in names if n in present][:1]
+
+
+def local_kernels(existing: str | None, repo_id: str, path: Path, where: str = LOCAL_KERNELS
+                  ) -> str:
+    """`LOCAL_KERNELS` with `repo_id` mapped to `path`, the user's entries for other
+    repositories kept (kernels' format: `repo=path` joined by `:`)."""
+    if ":" in str(path) or "=" in str(path):
+        raise BuildError(f"{path} holds `:` or `=`, which {LOCAL_KERNELS} cannot carry",
+                         hint="move the project (or --build-dir) to a path without them")
+    entries = []
+    for entry in (existing or "").split(":"):
+        if not entry:
             continue
+        if "=" not in entry:
+            raise BuildError(f"{LOCAL_KERNELS} entry {entry!r} is not of the form repo=path",
+                             key=where, hint="fix or unset LOCAL_KERNELS (format: "
+                                             "org/name=/path/to/kernel[:org2/name2=/path2])")
+        if entry.split("=", 1)[0] != repo_id:
+            entries.append(entry)
+    return ":".join([*entries, f"{repo_id}={path}"])
+
+
+def loading_env(tested: TestTarget, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The test process's environment: LOCAL_KERNELS and PYTHONPATH pointed at `tested`, and
+    the import link made (replaced atomically, so a concurrent run never sees none)."""
+    env = dict(os.environ if base is None else base)
+    if tested.repo_id:
+        env[LOCAL_KERNELS] = local_kernels(env.get(LOCAL_KERNELS), tested.repo_id,
+                                           tested.local_path)
+    shim = Layout.of(tested.project).import_shim
+    shim.mkdir(parents=True, exist_ok=True)
+    link = shim / tested.module
+    fresh = shim / f".{tested.module}.{os.getpid()}"
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(tested.variants[0], target_is_directory=True)
+    os.replace(fresh, link)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def source_map(project: Path, build_dir: Path) -> dict[str, str]:
+    """Python files of built variants (and of the import link) → the torch-ext/ files they were
+    copied from, as absolute paths and as paths relative to the project (how pytest prints
+    them)."""
+    module = manifest_mod.load(project, warn=lambda _: None).general.module_name
+    layout = Layout.of(project)
+    package = layout.module_dir(module)
+    mapping: dict[str, str] = {}
+    roots = [v for v in build_dir.iterdir() if (v / METADATA).is_file()] \
+        if build_dir.is_dir() else []
+    link = layout.import_shim / module
+    if link.is_symlink() and (link / METADATA).is_file():
+        roots.append(link)
+    for variant in roots:
         for built in variant.rglob("*.py*"):
             source = package / built.relative_to(variant)
             if built.suffix in (".py", ".pyi") and source.is_file():
@@ -50,7 +186,6 @@ def pytest_args(project: Path) -> list[str]:
     configuration (in tests/ or the project folder, as pytest would look for it) when it has one,
     else none; never a parent folder's pytest.ini, pyproject.toml or conftest.py."""
     import configparser
-    import os
     import tomllib
 
     def configures_pytest(path: Path) -> bool:
@@ -71,19 +206,37 @@ def pytest_args(project: Path) -> list[str]:
              "tox.ini", "setup.cfg")
     config = next((folder / name for folder in (project / "tests", project) for name in names
                    if configures_pytest(folder / name)), None)
-    return ["--rootdir", str(project), "-c", str(config or os.devnull), "--confcutdir", str(project)]
+    args = ["--rootdir", str(project), "-c", str(config or os.devnull), "--confcutdir", str(project)]
+    if config is None:  # kernels-community's CI marker, known without a configuration of its own
+        args += ["-o", f"markers={CI_MARKER}: the cheap tests CI runs on a GPU runner"]
+    return args
 
 
 def run_tests(project: Path, python: str | None, args: list[str], *,
-              write: Callable[[str], None], color: bool = False) -> int:
-    """pytest on `project/tests` in the target interpreter; its output, paths rewritten, goes to
-    `write` line by line (an interactive run, `--pdb`, has the terminal). Returns pytest's exit
-    status."""
+              write: Callable[[str], None], color: bool = False,
+              tested: TestTarget | None = None) -> int:
+    """pytest on `project/tests` in the target interpreter, loading `tested` (see the module's
+    docstring); its output, paths rewritten, goes to `write` line by line (an interactive run,
+    `--pdb`, has the terminal). Returns pytest's exit status."""
+    if not (project / "tests").is_dir():
+        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
     cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
            *pytest_args(project), *args]
+    env = loading_env(tested) if tested is not None else None
     if any(a in INTERACTIVE for a in args):
-        return call(cmd, cwd=project)
+        return call(cmd, cwd=project, env=env)
     if color and not any(a.startswith("--color") for a in args):
         cmd.append("--color=yes")
-    rewrite = path_rewriter(source_map(project, Layout.of(project).build_dir))
-    return stream(cmd, lambda line: write(rewrite(line)), cwd=project)
+    build_dir = tested.build_dir if tested is not None else Layout.of(project).build_dir
+    rewrite = path_rewriter(source_map(project, build_dir))
+    return stream(cmd, lambda line: write(rewrite(line)), cwd=project, env=env)
+
+
+def status_words(code: int, args: list[str]) -> str | None:
+    """What a pytest exit status means, where the output alone may not say it."""
+    if code == NO_TESTS_COLLECTED:
+        selection = " ".join(args)
+        return ("no tests collected (pytest exit 5)" + (f" with `{selection}`" if selection else "")
+                + ": nothing matched; e.g. `-m kernels_ci` selects only tests marked "
+                  "@pytest.mark.kernels_ci, and this project may mark none")
+    return None
