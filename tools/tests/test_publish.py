@@ -282,6 +282,37 @@ def test_create_pr_leaves_branches_alone(hub, proj, api):
     assert f"build/{variant}/stale.txt" not in hub.files(REPO, revision="refs/pr/1")
     assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()
     assert any("opened pull request" in line for line in logs)
+    # What CI bots read: upstream's JSON field and its stdout line.
+    assert result.to_json()["pull_requests"] == [
+        {"branch": "v1", "url": f"{hub.url}/kernels/{REPO}/discussions/1"},
+        {"branch": "main", "url": f"{hub.url}/kernels/{REPO}/discussions/2"}]
+    assert f"Pull request created: {hub.url}/kernels/{REPO}/discussions/1" in logs
+
+
+def test_branch_main_as_kernels_communitys_release_job_uploads_version_1(hub, proj, tmp_path, api):
+    """`--branch main` puts the variants on main (besides README.md), creates no v1, and the
+    JSON says so; get_kernel(revision="main") loads them. A bad name is refused first."""
+    env = client_env(hub, tmp_path)
+    bad = kbuild_cli("upload", proj, "--branch", "../v1", env=env)
+    assert bad.returncode == 2 and "--branch '../v1' is not a branch name" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and writes(hub) == []
+    summary = tmp_path / "main.json"
+    done = kbuild_cli("upload", proj, "--branch", "main", "--output-json", summary, env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(summary.read_text())
+    assert data["branch"] == "main" and data["status"] == "uploaded"
+    assert data["pull_requests"] == [] and data["url"].endswith(f"/commit/{data['commit']}")
+    branches = {b.name for b in api.list_repo_refs(REPO, repo_type="kernel").branches}
+    assert branches == {"main"}
+    files = hub.files(REPO, revision="main")
+    variant = variant_of(proj).name
+    assert files[f"build/{variant}/metadata.json"] == (variant_of(proj) / "metadata.json").read_bytes()
+    assert "README.md" in files
+    loaded = run_python(script(f"""
+        import kernels
+        check(kernels.get_kernel("{REPO}", revision="main"))
+    """), env)
+    assert loaded.returncode == 0 and "OK" in loaded.stdout, loaded.stderr
 
 
 def test_dry_run_writes_nothing(hub, proj, tmp_path, api):

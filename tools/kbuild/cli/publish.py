@@ -23,8 +23,13 @@ def upload(
         "--create-pr", help="Open a pull request instead of pushing to the branch.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print what would be added, changed and deleted; write nothing.")] = False,
+    branch: Annotated[Optional[str], typer.Option(
+        "--branch", help="Upload to this branch (e.g. main, for version-1 kernels as "
+        "kernels-community's release job does); default: build.toml [general.hub] branch, "
+        "else v<version>.")] = None,
     output_json: Annotated[Optional[Path], typer.Option(
-        "--output-json", help="Write a JSON summary (status, repo, branch, commit, URL) here.")] = None,
+        "--output-json", help="Write a JSON summary here: status, repo_id, branch, commit, url, "
+        "pull_requests [{branch, url}] (upstream's fields) and the files.")] = None,
     allow_dirty: Annotated[bool, typer.Option(
         "--allow-dirty", help="Upload even if the project or a variant has uncommitted changes.")] = False,
     private: Annotated[bool, typer.Option(
@@ -34,7 +39,7 @@ def upload(
     from ..publish.upload import UploadOptions, upload
     options = UploadOptions(repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
                             dry_run=dry_run, allow_dirty=allow_dirty, private=private,
-                            output_json=output_json)
+                            output_json=output_json, branch=branch)
     upload(project, options, log=log, warn=warn)
 
 @app.command("to-wheel")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,7 +48,16 @@ def _silent(_: str) -> None:
 
 
 @dataclass
+class PullRequest:
+    branch: str
+    url: str
+
+
+@dataclass
 class UploadResult:
+    """`--output-json`: ours, with the fields upstream's `kernel-builder upload --output-json`
+    writes and CI bots read (`status`, `repo_id`, `branch`, `url`, `pull_requests`)."""
+
     status: str  # uploaded | unchanged | pr-opened | dry-run
     repo_id: str
     branch: str
@@ -63,6 +72,7 @@ class UploadResult:
     skipped: dict[str, list[str]]
     readme: dict[str, Any]
     tag: str | None = None
+    pull_requests: list[PullRequest] = field(default_factory=list)  # every one opened
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +201,19 @@ class UploadOptions:
     retries: int = 4
     backoff: float = 0.5
     output_json: Path | None = None
+    branch: str | None = None        # default: build.toml [general.hub] branch, else v<version>
+
+
+BRANCH = re.compile(r"(?!.*\.\.)(?!.*@\{)(?!/)(?!.*/$)(?!.*\.lock$)[A-Za-z0-9._/-]{1,200}")
+
+
+def check_branch(branch: str) -> str:
+    """A branch name the Hub and git accept (refused before anything is read or written)."""
+    if not BRANCH.fullmatch(branch) or branch.startswith(("-", ".")) or "//" in branch:
+        raise BuildError(f"--branch {branch!r} is not a branch name", key="--branch",
+                         hint="letters, digits, `.`, `_`, `-` and `/` (no `..`, no leading `-`, "
+                              "`.` or `/`), e.g. main or v1")
+    return branch
 
 
 def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log = print,
@@ -216,7 +239,7 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
                              hint="merge the pull request, then tag the merge commit")
     if not dry_run and not (o.token or HubClient._token()):
         raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
-    branch = general.hub.branch or f"v{general.version}"
+    branch = check_branch(o.branch) if o.branch else general.hub.branch or f"v{general.version}"
     build_dir = Layout.of(project, build_dir).build_dir
 
     hub = HubClient(repo_id, endpoint=o.endpoint, token=o.token, log=warn, retries=o.retries,
@@ -266,7 +289,7 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
         hub.call(f"creating {repo_id}", lambda: hub.api.create_repo(
             repo_id, repo_type=REPO_TYPE, private=o.private, exist_ok=True))
         log(f"created kernel repo {repo_id}" + (" (private)" if o.private else ""))
-    if not branch_exists:
+    if not branch_exists and branch != MAIN:
         hub.call(f"creating branch {branch}", lambda: hub.api.create_branch(
             repo_id, branch=branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True))
         log(f"created branch {branch} from {MAIN}")
@@ -284,6 +307,7 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
     if create_pr and sync.pr_url:
         log(f"opened pull request {hub.scrub(sync.pr_url)} against {branch}: {len(diff.added)} "
             f"added, {len(diff.changed)} changed, {len(diff.deleted)} deleted")
+        log(f"Pull request created: {hub.scrub(sync.pr_url)}")  # upstream's line, read by CI bots
     elif sync.commit:
         log(f"uploaded {names} to {repo_id}@{branch}: {len(diff.added)} added, "
             f"{len(diff.changed)} changed, {len(diff.deleted)} deleted, "
@@ -294,6 +318,7 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
         log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tag}")
     if readme_sync.pr_url:
         log(f"opened pull request {hub.scrub(readme_sync.pr_url)} for README.md on {MAIN}")
+        log(f"Pull request created: {hub.scrub(readme_sync.pr_url)}")
     elif readme_sync.commit:
         log(f"updated README.md on {MAIN} ({readme_source})")
     result = _result(status, hub, repo_id, branch, sync, variants, skipped,
@@ -358,10 +383,12 @@ def _result(status: str, hub: HubClient, repo_id: str, branch: str, sync: SyncRe
     url = hub.scrub(sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}")
     pr_url = hub.scrub(sync.pr_url) if sync.pr_url else None
     readme = {**readme, "pr_url": hub.scrub(readme["pr_url"]) if readme.get("pr_url") else None}
+    prs = [PullRequest(b, u) for b, u in ((branch, pr_url), (MAIN, readme["pr_url"])) if u]
     return UploadResult(status=status, repo_id=repo_id, branch=branch, commit=sync.commit, url=url,
                         pr_url=pr_url, added=d.added,
                         changed=d.changed, deleted=d.deleted, unchanged=d.unchanged,
-                        variants=[v.name for v in variants], skipped=skipped, readme=readme, tag=tag)
+                        variants=[v.name for v in variants], skipped=skipped, readme=readme, tag=tag,
+                        pull_requests=prs)
 
 
 def _write_json(path: Path | None, result: UploadResult) -> None:
@@ -379,7 +406,7 @@ def _print_plan(log: Log, repo_id: str, branch: str, diff: Diff, readme: Diff, e
     log(f"dry run: nothing is written to {repo_id}")
     if not exists:
         log(f"would create kernel repo {repo_id}")
-    if not branch_exists:
+    if not branch_exists and branch != MAIN:
         log(f"would create branch {branch} from {MAIN}")
     target = f"a pull request against {branch}" if create_pr else f"branch {branch}"
     log(f"{target}: {len(diff.added)} added, {len(diff.changed)} changed, "
