@@ -228,6 +228,62 @@ def layout_problems(built: BuiltVariant) -> list[Problem]:
     return problems
 
 
+def absolute_imports(source: str, package: str) -> list[tuple[int, str, str]]:
+    """(line, statement, the relative form) for each import of `package` by its own name in
+    `source` (not those under `if TYPE_CHECKING:`, which never run)."""
+    import ast
+    found: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    if alias.name == package or alias.name.startswith(package + "."):
+                        head, _, last = alias.name[len(package) + 1:].rpartition(".")
+                        relative = (f"from .{head} import {last}" if last else
+                                    "from . import NAME") + (f" as {alias.asname}" if alias.asname
+                                                            and alias.asname != last else "")
+                        found.append((child.lineno, ast.unparse(child), relative))
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module and (
+                    child.module == package or child.module.startswith(package + ".")):
+                rest = child.module[len(package):]
+                relative = ast.unparse(ast.ImportFrom(module=rest.lstrip(".") or None,
+                                                      names=child.names, level=1))
+                found.append((child.lineno, ast.unparse(child), relative))
+            visit(child)
+
+    try:
+        visit(ast.parse(source))
+    except SyntaxError:
+        return []  # the load reports it
+    return found
+
+
+def import_problems(built: BuiltVariant) -> list[Problem]:
+    """Imports of the kernel's own package by name: the loader imports the variant under a name
+    of its own (e.g. `relu_1a2b3c4d`), so `from relu.x import y` fails there (or imports
+    another copy); the relative form works wherever it is loaded."""
+    package = built.metadata.name.replace("-", "_")
+    problems: list[Problem] = []
+    for path in sorted(built.path.rglob("*.py")):
+        rel = path.relative_to(built.path)
+        if "__pycache__" in rel.parts:
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line, statement, relative in absolute_imports(source, package):
+            problems.append(Problem("imports.absolute", f"imports: {rel}:{line}: `{statement}` "
+                                    f"imports the kernel's own package by name, which the loader "
+                                    f"renames; write `{relative}`"))
+    return problems
+
+
 def name_problems(built: BuiltVariant, so: Path) -> list[Problem]:
     """The folder's name against the variant its binary was built as (recorded by this builder
     in the `.so`; binaries without the record are not judged): `kernels` picks a folder by its
@@ -325,6 +381,7 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
     report.problems += metadata_problems(built)
     report.problems += digest_problems(built)
     report.problems += layout_problems(built)
+    report.problems += import_problems(built)
     for so in sorted(built.path.rglob("*.so")):
         report.problems += abi_problems(so)
         report.problems += variant_code_problems(built, so)

@@ -109,3 +109,23 @@ def test_a_local_build_is_refused_for_publishing(tmp_path):
         meta(backend={"type": "cuda", "archs": ["9.0"]}, provenance=provenance)))
     assert not [p for p in metadata_problems(BuiltVariant.load(variant))
                 if p.code == "metadata.local-build"]
+
+
+def test_absolute_imports_of_the_kernels_own_package_are_flagged_with_the_relative_form(tmp_path):
+    """kernels-community #312: the loader renames the package (`tiny_1a2b3c4d`), so `from
+    tiny.x import y` fails there; `check` names the file, line and the relative form. Other
+    packages, relative imports and TYPE_CHECKING-only imports are not flagged."""
+    from kbuild.stages.check import import_problems
+    variant = folder(tmp_path, meta())
+    (variant / "layers.py").write_text(
+        "import typing\nimport tinygrad\nfrom . import ops\nfrom tiny.utils import f, g as h\n"
+        "if typing.TYPE_CHECKING:\n    from tiny.types import T\n\n\ndef lazy():\n"
+        "    import tiny.sub.mod as m\n    return m\n")
+    problems = import_problems(BuiltVariant.load(variant))
+    assert [p.code for p in problems] == ["imports.absolute"] * 2
+    assert "layers.py:4: `from tiny.utils import f, g as h`" in problems[0]
+    assert "write `from .utils import f, g as h`" in problems[0]
+    assert "layers.py:10: `import tiny.sub.mod as m`" in problems[1]
+    assert "write `from .sub import mod as m`" in problems[1]
+    (variant / "layers.py").write_text("from .utils import f\n")
+    assert import_problems(BuiltVariant.load(variant)) == []
