@@ -245,6 +245,14 @@ def realised_python(project: Path, env: str | None, python: str | None, *,
     return str(real.python), real.cuda_home
 
 
+def test_tools(project: Path, env: str | None, python: str | None) -> Path | None:
+    """pytest for a matrix environment (its lock pins torch and kernels, not pytest)."""
+    if not env:
+        return None
+    from ..matrix.envs import envs_dir, test_tools as tools
+    return tools(python or sys.executable, envs_dir(project), log=lambda m: note(f"{env}: {m}"))
+
+
 def pytest_status(code: int, args: list[str]) -> None:
     """pytest's exit status becomes ours; one it does not explain itself is said in words."""
     from ..stages import devtest
@@ -282,7 +290,8 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     note(tested.describe())
     args = ctx.meta.get("pytest_args", [])
     pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested), args)
+                                    color=out.is_terminal, tested=tested,
+                                    tools=test_tools(project, env, python)), args)
 
 
 def own_backend_first(results: list, python: str | None) -> list[Path]:
@@ -314,4 +323,5 @@ def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: BuildD
     note(tested.describe())
     args = ctx.meta.get("pytest_args", [])
     pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested), args)
+                                    color=out.is_terminal, tested=tested,
+                                    tools=test_tools(project, env, python)), args)

@@ -209,6 +209,17 @@ class Installer:
             cmd += requirements
         run(cmd, log_file, "installing " + " ".join(requirements), env=self._env())
 
+    def install_target(self, target: Path, python: str, requirements: list[str],
+                       log_file: Path) -> None:
+        """Pure-Python packages into a plain folder, for `python` to find on PYTHONPATH."""
+        if self.kind == "uv":
+            cmd = [self.uv, "pip", "install", "--target", str(target), "--python", python,
+                   *self._uv_args([]), *requirements]
+        else:
+            cmd = [sys.executable, "-m", "pip", "install", "--no-input", "--quiet",
+                   "--disable-pip-version-check", "--target", str(target), *requirements]
+        run(cmd, log_file, "installing " + " ".join(requirements), env=self._env())
+
     def resolve(self, requirement: str, extra_indexes: list[str] = ()) -> dict[str, str]:
         """{name: version} of everything `requirement` resolves to here (metadata only)."""
         if self.kind == "uv":

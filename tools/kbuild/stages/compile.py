@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
+from ..core.layout import Layout
 from ..core.runner import capture, run_logged
 from . import configure_seed, dist, inputs, pch
 from .generate import BUILD_FOLDER
@@ -197,7 +198,8 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
             f"-DCMAKE_CXX_COMPILER={find_cxx()}",
             # Skip CMake's probe compiles (ABI/feature detection): the plan supplies all flags.
             "-DCMAKE_CXX_COMPILER_FORCED=ON",
-            f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}"]
+            f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # for editors: export_compile_commands
     launcher = compiler_launcher()
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
@@ -213,6 +215,29 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
         if launcher:
             args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}")
     return args
+
+
+def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
+    """The compile commands of the variants just built, merged, written (atomically) to the
+    project's compile_commands.json, where clangd and VS Code's C/C++ extension look."""
+    entries: list[dict] = []
+    for work in works:
+        found = work / BUILD_FOLDER / "compile_commands.json"
+        try:
+            entries += json.loads(found.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    if not entries:
+        return None
+    target = Layout.of(project).compile_commands
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None  # a convenience: never fails a build
+    return target
 
 
 SLOWEST = 3  # steps named after a build

@@ -132,9 +132,11 @@ def local_kernels(existing: str | None, repo_id: str, path: Path, where: str = L
     return ":".join([*entries, f"{repo_id}={path}"])
 
 
-def loading_env(tested: TestTarget, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The test process's environment: LOCAL_KERNELS and PYTHONPATH pointed at `tested`, and
-    the import link made (replaced atomically, so a concurrent run never sees none)."""
+def loading_env(tested: TestTarget, base: dict[str, str] | None = None,
+                tools: Path | None = None) -> dict[str, str]:
+    """The test process's environment: LOCAL_KERNELS and PYTHONPATH pointed at `tested` (and at
+    `tools`, pytest for an environment without it), and the import link made (replaced
+    atomically, so a concurrent run never sees none)."""
     env = dict(os.environ if base is None else base)
     if tested.repo_id:
         env[LOCAL_KERNELS] = local_kernels(env.get(LOCAL_KERNELS), tested.repo_id,
@@ -146,7 +148,8 @@ def loading_env(tested: TestTarget, base: dict[str, str] | None = None) -> dict[
     fresh.unlink(missing_ok=True)
     fresh.symlink_to(tested.variants[0], target_is_directory=True)
     os.replace(fresh, link)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
+    paths = (str(shim), str(tools or ""), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
@@ -214,7 +217,7 @@ def pytest_args(project: Path) -> list[str]:
 
 def run_tests(project: Path, python: str | None, args: list[str], *,
               write: Callable[[str], None], color: bool = False,
-              tested: TestTarget | None = None) -> int:
+              tested: TestTarget | None = None, tools: Path | None = None) -> int:
     """pytest on `project/tests` in the target interpreter, loading `tested` (see the module's
     docstring); its output, paths rewritten, goes to `write` line by line (an interactive run,
     `--pdb`, has the terminal). Returns pytest's exit status."""
@@ -222,7 +225,7 @@ def run_tests(project: Path, python: str | None, args: list[str], *,
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
     cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
            *pytest_args(project), *args]
-    env = loading_env(tested) if tested is not None else None
+    env = loading_env(tested, tools=tools) if tested is not None else None
     if any(a in INTERACTIVE for a in args):
         return call(cmd, cwd=project, env=env)
     if color and not any(a.startswith("--color") for a in args):

@@ -17,7 +17,7 @@ from ..core.locking import locked
 from . import frameworks, pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
-from .compile import compile_variant, split
+from .compile import compile_variant, export_compile_commands, split
 from .generate import generate
 from .loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
@@ -169,6 +169,9 @@ def build(project: Path, *, backends: list[str] | None = None, python: str | Non
           warn: Log | None = None, on_step: OnStep | None = None,
           verify: bool = True, local_capabilities: list[str] | None = None) -> list[BuildResult]:
     build_dir = Layout.of(project, build_dir).build_dir
-    return [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify)
-            for p in plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
-                           on_step=on_step, local_capabilities=local_capabilities)]
+    made = plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
+                 on_step=on_step, local_capabilities=local_capabilities)
+    results = [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify) for p in made]
+    export_compile_commands(project, [Layout.of(p.project).variant_work(p.name)
+                                      for p in made if p.compiled])
+    return results
