@@ -287,11 +287,11 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
                         cuda_capabilities=cuda_capabilities)
     tested = devtest.target(project, Layout.of(project).build_dir, own_backend_first(results, python))
+    tools = test_tools(project, env, python)
     note(tested.describe())
     args = ctx.meta.get("pytest_args", [])
     pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested,
-                                    tools=test_tools(project, env, python)), args)
+                                    color=out.is_terminal, tested=tested, tools=tools), args)
 
 
 def own_backend_first(results: list, python: str | None) -> list[Path]:
@@ -320,8 +320,8 @@ def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: BuildD
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
     python, _ = realised_python(project, env, python, compiler=False)
     tested = devtest.select_variants(project, Layout.of(project, build_dir).build_dir, python)
+    tools = test_tools(project, env, python)
     note(tested.describe())
     args = ctx.meta.get("pytest_args", [])
     pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested,
-                                    tools=test_tools(project, env, python)), args)
+                                    color=out.is_terminal, tested=tested, tools=tools), args)

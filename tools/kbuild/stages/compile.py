@@ -224,8 +224,8 @@ def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
     for work in works:
         found = work / BUILD_FOLDER / "compile_commands.json"
         try:
-            entries += json.loads(found.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            entries += [_without_pch(e) for e in json.loads(found.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
     if not entries:
         return None
@@ -238,6 +238,21 @@ def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
         tmp.unlink(missing_ok=True)
         return None  # a convenience: never fails a build
     return target
+
+
+def _without_pch(entry: dict) -> dict:
+    """An entry without the precompiled torch header (a GCC .gch that clang cannot read: the
+    binding includes the same torch headers itself)."""
+    import shlex
+    words = shlex.split(entry["command"])
+    kept: list[str] = []
+    for i, w in enumerate(words):
+        pch_include = w == "-include" and i + 1 < len(words) and words[i + 1].endswith(pch.HEADER)
+        if pch_include or (i and words[i - 1] == "-include" and w.endswith(pch.HEADER)):
+            continue
+        if w not in ("-Winvalid-pch", "-fpch-preprocess"):
+            kept.append(w)
+    return {**entry, "command": shlex.join(kept)}
 
 
 SLOWEST = 3  # steps named after a build
