@@ -79,6 +79,18 @@ def test_every_task_calls_an_existing_command(raw):
             assert argv[0] == "pytest", f"task {name!r} runs {argv[0]!r}, not the kbuild CLI"
 
 
+def test_dev_and_test_tasks_pass_options_through(raw):
+    """`pixi run -e ENV dev --cuda-capabilities native -- -k x` reaches `kbuild dev`: pixi
+    appends extra arguments only to tasks that declare none (with `args` it refuses them)."""
+    init_tasks = tomllib.loads((REPO / "tools" / "kbuild" / "resources" / "init" /
+                                "pixi-tasks.toml").read_text())["tasks"]
+    for tasks in (raw["tasks"], init_tasks):
+        for name in ("dev", "build", "upload"):
+            assert "args" not in tasks[name] and "{{" not in tasks[name]["cmd"], name
+            assert tasks[name]["cmd"] == f"kbuild {name}"
+    assert init_tasks["test"]["cmd"] == "kbuild test"  # tests the build, never the Hub's copy
+
+
 def test_every_environment_agrees_with_its_name(mx, raw):
     assert len(mx.envs) >= 20
     problems = [p for env in mx.envs for p in matrix.name_problems(env)]
