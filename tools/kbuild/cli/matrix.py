@@ -162,6 +162,9 @@ def envs(
     matrix: MatrixOpt = None,
     torch_index: TorchIndexOpt = False,
     probe: Annotated[bool, typer.Option(help="Ask pip/uv whether each torch wheel is reachable.")] = True,
+    ci: Annotated[Optional[str], typer.Option(
+        "--ci", help="The CI build jobs instead, one JSON line (GitHub's matrix `include`): "
+        "`pr` one environment per backend, `release` every variant and platform.")] = None,
 ) -> None:
     """Every environment of the matrix: its variant, and whether it can be realised here from PyPI."""
     from ..matrix import envs as envs_mod
@@ -170,6 +173,10 @@ def envs(
     mx = _load(project, matrix)
     folder = envs_mod.envs_dir(project, envs_dir)
     specs = mx.select(only) if only else list(mx.envs)
+    if ci is not None:
+        from ..matrix.ci import as_json, ci_jobs
+        typer.echo(json.dumps(as_json(ci_jobs(project, specs, ci)), separators=(",", ":")))
+        return
     if create:
         for spec in mx.select(create):
             r = envs_mod.realise(spec, folder, log=lambda m: err.print(f"{spec.name}: {m}"),

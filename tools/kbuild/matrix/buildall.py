@@ -69,14 +69,14 @@ class Job:
     covers: tuple[str, ...] = ()  # other environments whose variant this is
 
 
-def env_variant(manifest: manifest_mod.Manifest, spec: EnvSpec, project: Path
-                ) -> tuple[str | None, str]:
-    """(the folder a build in `spec` writes, or None and why it builds nothing there)."""
+def env_variant(manifest: manifest_mod.Manifest, spec: EnvSpec, project: Path,
+                platform: str = "linux-64") -> tuple[str | None, str]:
+    """(the folder a build in `spec` writes on `platform`, or None and why it builds nothing)."""
     if spec.backend not in manifest.general.backends:
         return None, f"backend {spec.backend} is not listed in build.toml"
     if manifest.is_noarch:
         return Variant.noarch(spec.backend).name, ""
-    regular = Variant.parse(spec.variant())
+    regular = Variant.parse(spec.variant(platform))
     stable = (None if manifest.torch is None
               else frameworks.stable_abi_version(manifest, spec.backend, project))
     if stable is None:
