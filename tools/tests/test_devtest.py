@@ -48,3 +48,27 @@ def test_failures_point_at_torch_ext_and_set_the_status(tmp_path):
     lines.clear()
     assert devtest.run_tests(project, sys.executable, ["-p", "no:cacheprovider", "-k", "passes"],
                              write=lines.append) == 0
+
+
+def test_local_kernels_keeps_the_users_other_entries_and_replaces_ours(tmp_path):
+    """kernels' own format (`repo=path` joined by `:`): the manifest's repo points at the build
+    under test, entries for other repositories stay, a malformed one is refused by name, and a
+    path the format cannot carry is refused."""
+    import pytest
+    from kbuild.core.errors import BuildError
+
+    here = tmp_path / "build" / "torch-cpu"
+    assert devtest.local_kernels(None, "org/demo", here) == f"org/demo={here}"
+    mixed = "other/a=/x/a:org/demo=/stale/copy:other/b=/x/b"
+    assert devtest.local_kernels(mixed, "org/demo", here) == \
+        f"other/a=/x/a:other/b=/x/b:org/demo={here}"
+    with pytest.raises(BuildError, match="entry 'nonsense' is not of the form repo=path"):
+        devtest.local_kernels("nonsense", "org/demo", here)
+    with pytest.raises(BuildError, match="holds `:` or `=`"):
+        devtest.local_kernels(None, "org/demo", tmp_path / "a:b")
+
+
+def test_no_tests_collected_is_said_in_words():
+    words = devtest.status_words(devtest.NO_TESTS_COLLECTED, ["-m", "kernels_ci"])
+    assert words and "no tests collected" in words and "`-m kernels_ci`" in words
+    assert devtest.status_words(0, []) is None and devtest.status_words(1, []) is None
