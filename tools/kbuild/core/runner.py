@@ -139,9 +139,12 @@ def stop(procs: list[subprocess.Popen], grace: float = 10.0) -> None:
 
 
 def stream(cmd: list[str], on_line: Callable[[str], None], *, cwd: Path | str | None = None,
-           env: Mapping[str, str] | None = None) -> int:
+           env: Mapping[str, str] | None = None, lets_child_stop: bool = False) -> int:
     """Runs `cmd` with stdout and stderr merged, handing each line (with its newline) to
-    `on_line` as it comes; returns the exit status (127 when it cannot be started)."""
+    `on_line` as it comes; returns the exit status (127 when it cannot be started).
+    `lets_child_stop`: on Ctrl-C (which the child, in the same process group, gets too) keep
+    showing its output until it has stopped itself (pytest prints what ran) and return its
+    status."""
     try:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=None if env is None else dict(env), text=True,
@@ -151,8 +154,14 @@ def stream(cmd: list[str], on_line: Callable[[str], None], *, cwd: Path | str | 
         return 127
     assert proc.stdout is not None
     try:
-        for line in proc.stdout:
-            on_line(line)
+        while True:
+            try:
+                for line in proc.stdout:
+                    on_line(line)
+                break
+            except KeyboardInterrupt:
+                if not lets_child_stop:
+                    raise
     finally:
         code = proc.wait()
     return code

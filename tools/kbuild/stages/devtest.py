@@ -232,7 +232,8 @@ def run_tests(project: Path, python: str | None, args: list[str], *,
         cmd.append("--color=yes")
     build_dir = tested.build_dir if tested is not None else Layout.of(project).build_dir
     rewrite = path_rewriter(source_map(project, build_dir))
-    return stream(cmd, lambda line: write(rewrite(line)), cwd=project, env=env)
+    return stream(cmd, lambda line: write(rewrite(line)), cwd=project, env=env,
+                  lets_child_stop=True)
 
 
 def status_words(code: int, args: list[str]) -> str | None:
