@@ -3,6 +3,8 @@ tables fold instead of cutting names, tracebacks map to torch-ext/, progress, --
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import importlib
 import io
 import json
@@ -90,13 +92,19 @@ def test_off_terminal_width_follows_columns(monkeypatch):
 
 def test_dev_passes_everything_after_double_dash_to_pytest(tree, monkeypatch):
     seen = {}
-    monkeypatch.setattr(build_cli, "run_build", lambda project, *a, **k: seen.update(project=project))
-    monkeypatch.setattr(devtest, "run_tests",
-                        lambda project, python, args, **kw: seen.update(args=args) or 0)
+    built = SimpleNamespace(variant="torch-cpu", path=tree / "build" / "torch-cpu")
+    monkeypatch.setattr(build_cli, "run_build",
+                        lambda project, *a, **k: seen.update(project=project) or [built])
+    monkeypatch.setattr(devtest, "run_tests", lambda project, python, args, **kw: seen.update(
+        args=args, tested=kw["tested"].variants) or 0)
     (tree / "tests").mkdir()
+    (tree / "build.toml").write_text('[general]\nname = "proj"\nversion = 1\nlicense = "mit"\n'
+                                     'backends = ["cpu"]\n[torch-noarch]\n')
+    (tree / "torch-ext" / "proj").mkdir(parents=True)
+    (tree / "torch-ext" / "proj" / "__init__.py").write_text("")
     result = invoke("dev", "--", "-k", "x", "-x", cwd=tree / "csrc")
     assert result.exit_code == 0, result.output
-    assert seen == {"project": tree, "args": ["-k", "x", "-x"]}
+    assert seen == {"project": tree, "args": ["-k", "x", "-x"], "tested": (built.path,)}
     result = invoke("dev", str(tree), "--backend", "cpu", cwd=tree.parent)
     assert result.exit_code == 0 and seen["args"] == []
 
