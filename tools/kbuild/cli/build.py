@@ -286,6 +286,9 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     python, env_cuda = realised_python(project, env, python)
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
                         cuda_capabilities=cuda_capabilities)
+    if not results:
+        raise BuildError("nothing was built to test", file=project / MANIFEST,
+                         key="general.backends", hint="list a backend this torch can build")
     tested = devtest.target(project, Layout.of(project).build_dir, own_backend_first(results, python))
     tools = test_tools(project, env, python)
     note(tested.describe())
@@ -299,6 +302,8 @@ def own_backend_first(results: list, python: str | None) -> list[Path]:
     `import MODULE` gives."""
     from ..core.variant import Variant
     from ..stages.torch_install import read_torch_install
+    if len(results) < 2:
+        return [r.path for r in results]
     cuda = read_torch_install(python).cuda is not None
     return [r.path for r in sorted(results, key=lambda r: (
         Variant.parse(r.variant).compute == "cpu") == cuda)]
