@@ -256,9 +256,11 @@ def plan_cmake(plan: VariantPlan) -> str:
         includes[name] = ([str(project / d) for d in kernel.include] + common_includes
                           + dep_includes.get(name, []))
         if plan.cuda and kernel.backend == Backend.CUDA:
-            includes[name] += cuda_includes
-            env_dirs = ([torch.site_packages, torch.python_include, *torch_includes]
-                        if "torch" in kernel.depends else [])
+            # A torch-free kernel sees the toolkit alone (its objects are shared across torch
+            # versions); torch's CUDA libraries' headers go with torch.
+            uses_torch = "torch" in kernel.depends
+            includes[name] += cuda_includes if uses_torch else list(plan.cuda.include_dirs)
+            env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
             check_cuda_kernel(plan, name, kernel, includes[name] + toolkit + dep_dirs + env_dirs)
     units = compile_units(plan, includes)
     # The link takes the kernels' objects in this order; Ninja starts them slowest first.
