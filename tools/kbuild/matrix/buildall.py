@@ -37,6 +37,7 @@ from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
 from ..core.variant import Variant
 from ..stages import frameworks
+from ..stages.compile import NVCC_SPLIT_VAR
 from ..stages.plan import input_files
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -146,7 +147,9 @@ def fingerprint(project: Path, job: Job, env_key: str, builder: str) -> str:
     files = input_files(project, manifest)
     uid, _ = build_uid(project, files)
     text = json.dumps({"inputs": content_hash(files, project), "uid": uid, "env": env_key,
-                       "builder": builder, "backend": job.spec.backend, "variant": job.variant})
+                       "builder": builder, "backend": job.spec.backend, "variant": job.variant,
+                       # split or not: a variant built the other way is built again
+                       "split": os.environ.get(NVCC_SPLIT_VAR, "").strip().lower()})
     return hashlib.sha256(text.encode()).hexdigest()
 
 

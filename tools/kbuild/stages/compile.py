@@ -225,6 +225,12 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
     return args
 
 
+def configured_split(args: list[str]) -> int:
+    """The split of a configure's arguments: that of every object it builds (a build folder
+    configured otherwise is configured afresh, and a compiler cache keys on the compile line)."""
+    return next((int(a.split("=", 1)[1]) for a in args if a.startswith("-DKB_NVCC_SPLIT=")), 1)
+
+
 SLOWEST = 3  # steps named after a build
 # (phase, line): phase "configure" or "build"; line "" when the phase starts, then each output line.
 Progress = Callable[[str, str], None]
@@ -271,6 +277,7 @@ class Compiled:
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
     dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
+    nvcc_split: int = 1  # the parts nvcc split each CUDA file's device code into (its configure's)
 
 
 def is_ccache(launcher: str | None) -> bool:
@@ -355,6 +362,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
     env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
     args = configure_args(plan, src, build, jobs, pch_off is None)
+    nvcc_split = configured_split(args)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
@@ -385,4 +393,4 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     after = cache_counts(launcher, env) if before else None
     cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
              if before and after else None)
-    return Compiled(so, steps[:SLOWEST], cache, header)
+    return Compiled(so, steps[:SLOWEST], cache, header, nvcc_split=nvcc_split)

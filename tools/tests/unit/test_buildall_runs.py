@@ -1,6 +1,7 @@
-"""An environment that build-all's interrupt stopped says so, and when (issue 42, item 17: the
-line read `torch213-cpu: interrupted: ` with nothing after it). In process: the realiser and
-the build are stand-ins that see the interrupt arrive."""
+"""build-all's runs, in process (issue 42): an environment its interrupt stopped says so, and
+when (the line read `torch213-cpu: interrupted: ` with nothing after it); the realiser and the
+build are stand-ins that see the interrupt arrive. A variant built split (KBUILD_NVCC_SPLIT) is
+not `up to date` for a build without the split."""
 
 from __future__ import annotations
 
@@ -47,3 +48,13 @@ def test_an_interrupted_environment_says_when(when, said, tmp_path):
     result = runner.run_one(buildall.Job(spec, spec.variant()))
     assert result.status == "interrupted"
     assert result.message == f"{said}; build/ keeps the {spec.variant()} it had before, if any"
+
+
+def test_the_split_setting_is_part_of_a_variants_fingerprint(tmp_path, monkeypatch):
+    project = copy_project(tmp_path / "p", REPO)
+    spec = matrix.load(project).select(["torch213-cpu"])[0]
+    job = buildall.Job(spec, spec.variant())
+    monkeypatch.delenv("KBUILD_NVCC_SPLIT", raising=False)
+    plain = buildall.fingerprint(project, job, "key", "builder")
+    monkeypatch.setenv("KBUILD_NVCC_SPLIT", "on")
+    assert buildall.fingerprint(project, job, "key", "builder") != plain
