@@ -102,9 +102,15 @@ def availability(spec: EnvSpec, inst: Installer, folder: Path, torch_index: bool
         return Availability(False, f"{platform} is not among its platforms")
     problems, toolkit, tk_note = [], None, "-"
     req, indexes = torch_source(spec, torch_index)
-    compute, detail = _probe(inst, req, indexes, folder / PROBE_CACHE)
+    version = spec.torch_version + (f"+{spec.compute}" if torch_index and spec.torch_index else "")
+    excluded = inst.excluding_constraint("torch", version)
+    compute, detail = (None, "") if excluded else _probe(inst, req, indexes, folder / PROBE_CACHE)
     where = "PyPI or its PyTorch index" if torch_index else "PyPI"
-    if compute is None:
+    if excluded:  # the wheel may well be there: the user's own constraint is what says no
+        problems.append(f"pip's constraint `{excluded[1]}` in {excluded[0]} excludes torch "
+                        f"{version} here (remove it there to realise or lock {spec.name})")
+        torch_note = "excluded by a constraint"
+    elif compute is None:
         problems.append(f"no {req} wheel on {where} here"
                         + (f" (the {spec.compute} wheels are on {spec.torch_index})"
                            if spec.torch_index and not torch_index else "")
