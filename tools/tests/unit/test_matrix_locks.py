@@ -191,6 +191,9 @@ def test_a_constraint_that_excludes_the_pinned_torch_is_named_with_its_file(tmp_
     monkeypatch.setattr(envs, "installer", lambda *a: inst)
     (row,) = lockall.lock_envs(mx, [new], PLATFORM, envs_dir=tmp_path)
     assert row.status == "skipped" and row.reason == said.reason
+    with pytest.raises(BuildError) as e:  # `build --env`: refused before anything is created
+        envs.realise(new, tmp_path / "envs", inst=inst)
+    assert e.value.message == f"torch215-cu132: {said.reason}" and not (tmp_path / "envs").exists()
 
 
 def stamp(folder: Path, **fields) -> None:
