@@ -86,7 +86,7 @@ def _scan(tree: Path) -> tuple[dict[str, str], str | None]:
     except FileNotFoundError:
         return files, "it changed while it was read (another build replacing it?)"
     except OSError as e:
-        where = Path(e.filename).relative_to(tree).as_posix() if e.filename else tree.name
+        where = os.path.relpath(e.filename, tree) if isinstance(e.filename, str) else tree.name
         return files, f"{shown(where)}: cannot be read ({e.strerror or e})"
     return files, None
 
