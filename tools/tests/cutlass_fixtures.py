@@ -77,9 +77,10 @@ def no_pypi(monkeypatch):
 
 @pytest.fixture
 def served(server, monkeypatch, no_pypi):
-    """KBUILD_CUTLASS_URL pointing at `server`, no PyPI; `served.hits` starts empty."""
+    """KBUILD_CUTLASS_URL pointing at `server`, no PyPI; `served.hits` (and `.auth`) start empty."""
     monkeypatch.setenv(sources.URL_VAR, server.base)
     server.hits.clear()
+    server.auth.clear()
     return server
 
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from dataclasses import dataclass
 from functools import cached_property
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("KBUILD_TEST_SHARED") or REPO.parent / "shared")
@@ -29,22 +32,36 @@ def available_versions(folder: Path = ARCHIVES) -> list[str]:
                   for p in folder.glob("cutlass-*-headers.tar.gz"))
 
 
+@dataclass(frozen=True)
+class Slow:
+    """An answer that waits `before` seconds before its status line, then sends `data` one
+    byte every `every` seconds (a server that stalls, or trickles)."""
+    data: bytes = b""
+    before: float = 0.0
+    every: float = 0.0
+
+
 class ArchiveServer:
-    """A local HTTP server: `routes` maps a path to bytes (200), an int (that status), a str
-    (a 302 to that path) or (bytes, n): a 200 that announces n bytes and sends fewer, then
-    closes (a download that breaks off); anything else is a 404. `hits` lists the paths asked
-    for."""
+    """A local HTTP server: `routes` maps a path (its query ignored) to bytes (200), an int (that
+    status), a str (a 302 to that path), (bytes, n): a 200 that announces n bytes and sends
+    fewer, then closes (a download that breaks off), or a `Slow` answer; anything else is a
+    404. `hits` lists the paths asked for (with their query), `auth` the Authorization header
+    of each (None without one)."""
 
     def __init__(self):
-        self.routes: dict[str, bytes | int | str | tuple[bytes, int]] = {}
+        self.routes: dict[str, bytes | int | str | tuple[bytes, int] | Slow] = {}
         self.hits: list[str] = []
+        self.auth: list[str | None] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (the http.server API)
                 server.hits.append(self.path)
-                answer = server.routes.get(self.path, 404)
-                if isinstance(answer, (bytes, tuple)):
+                server.auth.append(self.headers.get("Authorization"))
+                answer = server.routes.get(urlsplit(self.path).path, 404)
+                if isinstance(answer, Slow):
+                    self.slowly(answer)
+                elif isinstance(answer, (bytes, tuple)):
                     data, length = answer if isinstance(answer, tuple) else (answer, len(answer))
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-gzip")
@@ -59,6 +76,20 @@ class ArchiveServer:
                     self.end_headers()
                 else:
                     self.send_error(answer)
+
+            def slowly(self, answer: Slow) -> None:
+                time.sleep(answer.before)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(answer.data)))
+                    self.end_headers()
+                    for i in range(len(answer.data)):
+                        self.wfile.write(answer.data[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(answer.every)
+                except OSError:  # the client gave up
+                    pass
+                self.close_connection = True
 
             def log_message(self, *args):
                 pass

@@ -352,3 +352,15 @@ def envs_folder() -> Path:
     shared = os.environ.get("KBUILD_ENVS_DIR")
     return Path(shared).resolve() if shared else REPO / ".kbuild" / "envs"
 
+
+
+def pixi_before_2_15(folder: Path) -> Path:
+    """Our pixi.toml as it was up to torch 2.14, written to `folder` (the tests of `matrix
+    update` fabricate torch 2.14.2 and 2.15.0 releases)."""
+    import re
+
+    text = re.sub(r"\[feature\.pt215-[^\]]+\]\n[^\n]*\n\n", "", (REPO / "pixi.toml").read_text())
+    text = "".join(ln for ln in text.splitlines(True) if not ln.startswith("torch215-"))
+    assert "215" not in text
+    (folder / "pixi.toml").write_text(text)
+    return folder / "pixi.toml"

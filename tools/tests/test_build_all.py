@@ -174,8 +174,11 @@ def test_sigint_leaves_complete_variants(tmp_path, realised):
     assert proc.returncode == 130, stdout + stderr
     assert "Traceback" not in stderr
     assert not compiler_pids(project), "compilers outlived build-all"
-    statuses = {r["env"]: r["status"] for r in json.loads((project / "summary.json").read_text())["results"]}
+    summary = json.loads((project / "summary.json").read_text())["results"]
+    statuses = {r["env"]: r["status"] for r in summary}
     assert "interrupted" in statuses.values(), statuses
+    assert all(r["message"].startswith("stopped by the interrupt") for r in summary
+               if r["status"] == "interrupted"), summary  # never `env: interrupted: ` alone
     done = complete_variants(project / "build")
     assert set(done) <= {CPU, CUDA}
     # A second run finishes the job from whatever was left.

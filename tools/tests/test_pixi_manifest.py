@@ -25,12 +25,14 @@ WORKFLOW = WORKFLOWS / "build-variants.yml"
 DEFAULT = REPO / "tools" / "kbuild" / "resources" / "matrix" / "pixi.toml"
 
 # torch release -> computes: the older releases kept, and upstream's current set (kernel-builder's
-# build variants: 2.11 cu126/cu128/cu130, 2.12-2.13 cu126/cu130/cu132, cpu) extended to 2.14.
+# build variants: 2.11 cu126/cu128/cu130, 2.12-2.13 cu126/cu130/cu132, cpu) extended to 2.14;
+# 2.15 as `kbuild matrix update --index https://pypi.org/simple` adds it (PyPI's default wheel).
 REQUIRED = {
     "27": ["cu126", "cu128"], "28": ["cu126", "cu128", "cu129", "cpu"],
     "29": ["cu126", "cu128", "cu130", "cpu"], "210": ["cu126", "cu128", "cu130", "cpu"],
     "211": ["cu126", "cu128", "cu130", "cpu"], "212": ["cu126", "cu130", "cu132", "cpu"],
     "213": ["cu126", "cu130", "cu132", "cpu"], "214": ["cu126", "cu130", "cu132", "cpu"],
+    "215": ["cu132"],
 }
 
 

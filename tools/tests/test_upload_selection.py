@@ -104,3 +104,51 @@ def test_a_variant_built_from_a_dirty_tree_needs_allow_dirty(built):
     assert info.value.key == "provenance.kernel.dirty"
     chosen, _, _ = select(built, allow_dirty=True)
     assert [v.name for v in chosen] == ["torch-cpu", "torch-cuda"]
+
+
+def test_a_variant_build_toml_no_longer_makes_is_skipped(built):
+    """Issue 42: variants an earlier build left in build/ (here a backend taken out of
+    build.toml) pass check, yet this build.toml does not make them: not uploaded."""
+    toml = built / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda"]', 'backends = ["cpu"]'))
+    chosen, skipped, warnings = select(built, allow_dirty=True)
+    assert [v.name for v in chosen] == ["torch-cpu"]
+    assert skipped == {"torch-cuda": ["not a variant of this build.toml: build.toml lists no cuda "
+                                      "backend; an earlier build left it (`kbuild clean` removes it)"]}
+    assert warnings[0].startswith("skipping torch-cuda: not a variant of this build.toml")
+
+
+def test_a_torch_variant_left_after_switching_to_the_stable_abi_is_skipped(builds, tmp_path):
+    """img2gray built as a regular torch variant, then switched to `[torch] stable-abi`: the
+    torch213 variant still passes check, but this build.toml makes torch-stable-abi29 ones."""
+    from kbuild_testing import fresh_copy
+    project = fresh_copy(builds(), tmp_path / "img2gray")
+    (variant,) = [d.name for d in (project / "build").iterdir()]
+    assert variant.startswith("torch213-")
+    chosen, skipped, _ = select(project, allow_dirty=True)
+    assert [v.name for v in chosen] == [variant] and skipped == {}
+    toml = project / "build.toml"
+    toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nstable-abi = "2.9"\n', 1))
+    warnings: list[str] = []
+    with pytest.raises(BuildError, match="no variant passed"):
+        select_variants(project, project / "build", manifest.load(project), allow_dirty=True,
+                        load=False, log=lambda _: None, warn=warnings.append)
+    assert warnings == [f"skipping {variant}: not a variant of this build.toml: build.toml builds "
+                        'torch-stable-abi29 variants for cpu (torch.stable-abi = "2.9"); an '
+                        "earlier build left it (`kbuild clean` removes it)"]
+
+
+def test_a_release_build_split_by_kbuild_nvcc_split_is_not_published(built):
+    """Issue 42: a split build's kernels may run slower; its provenance says so and check, so
+    upload, refuses it (its load is still checked, as a local build's)."""
+    from kbuild.stages.check import SPLIT_BUILD, check_variant
+    cuda = built / "build" / "torch-cuda"
+    meta = json.loads((cuda / "metadata.json").read_text())
+    meta["provenance"]["split-compile"] = {"parts": 4}
+    (cuda / "metadata.json").write_text(json.dumps(meta))
+    report = check_variant(cuda, load=False)
+    assert [p.code for p in report.problems] == [SPLIT_BUILD]
+    assert "compiled split in 4 parts (KBUILD_NVCC_SPLIT)" in report.problems[0]
+    assert "metadata.rejected" not in [p.code for p in report.problems]  # the loader takes it
+    chosen, skipped, _ = select(built, allow_dirty=True)
+    assert [v.name for v in chosen] == ["torch-cpu"] and list(skipped) == ["torch-cuda"]

@@ -4,6 +4,7 @@ of one environment): the second waits for the first instead of racing it."""
 from __future__ import annotations
 
 import fcntl
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -18,3 +19,14 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextmanager
+def locked_folder(path: Path) -> Iterator[None]:
+    """`locked` on a folder itself, leaving no lock file among what it holds."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock

@@ -66,12 +66,20 @@ class LocalBuild(_Shape):
     cuda_capabilities: list[str] = Field(alias="cuda-capabilities")
 
 
+class SplitCompile(_Shape):
+    """nvcc's --split-compile of the device code in `parts` (KBUILD_NVCC_SPLIT, or a local
+    build's default): its kernels may run slower (up to 1.58x measured), so a release build
+    with it is never published."""
+    parts: int
+
+
 class Provenance(_Shape):
     kernel_builder: BuilderGit = Field(alias="kernel-builder")
     kernel: KernelGit | None = None
     environment: Environment | None = None
     dependencies: list[Dependency] | None = None
     local_build: LocalBuild | None = Field(None, alias="local-build")
+    split_compile: SplitCompile | None = Field(None, alias="split-compile")
 
 
 class BackendInfo(_Shape):

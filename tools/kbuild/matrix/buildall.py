@@ -37,6 +37,7 @@ from ..core.gitinfo import build_uid, content_hash
 from .matrix import EnvSpec, Matrix
 from ..core.variant import Variant
 from ..stages import frameworks
+from ..stages.compile import NVCC_SPLIT_VAR
 from ..stages.plan import input_files
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -146,7 +147,9 @@ def fingerprint(project: Path, job: Job, env_key: str, builder: str) -> str:
     files = input_files(project, manifest)
     uid, _ = build_uid(project, files)
     text = json.dumps({"inputs": content_hash(files, project), "uid": uid, "env": env_key,
-                       "builder": builder, "backend": job.spec.backend, "variant": job.variant})
+                       "builder": builder, "backend": job.spec.backend, "variant": job.variant,
+                       # split or not: a variant built the other way is built again
+                       "split": os.environ.get(NVCC_SPLIT_VAR, "").strip().lower()})
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -207,8 +210,7 @@ class Runner:
         log = self.log_dir / f"{spec.name}.log"
         try:
             if self.stop.is_set():
-                result.status = "interrupted"
-                return result
+                return interrupted(result, "before it started")
             self.event(spec.name, "environment", {})
             try:
                 real = self.realiser.realise(
@@ -219,8 +221,7 @@ class Runner:
                 return result
             result.env_seconds, result.env_created = real.seconds, real.created
             if self.stop.is_set():
-                result.status = "interrupted"
-                return result
+                return interrupted(result, "once its environment was ready, before it compiled")
             fp = fingerprint(self.project, job, real.key, self.builder)
             if not self.opts.force and is_current(self.project, self.build_dir, job.variant, fp):
                 result.status = "up to date"
@@ -231,9 +232,10 @@ class Runner:
             code = self._build(real, log)
             result.build_seconds = time.monotonic() - t0
             if code != 0:
-                result.status = "interrupted" if self.stop.is_set() else "failed"
                 result.log = str(log)
-                result.message = _tail_error(log) if not self.stop.is_set() else ""
+                if self.stop.is_set():
+                    return interrupted(result, "while it compiled")
+                result.message = _tail_error(log)
                 return result
             variant_dir = self.build_dir / job.variant
             if not (variant_dir / METADATA).is_file():
@@ -245,8 +247,10 @@ class Runner:
             result.so_bytes = so_size(variant_dir)
             return result
         except BuildError as e:
-            result.status = "interrupted" if self.stop.is_set() else "failed"
-            result.message = e.message
+            if self.stop.is_set():
+                interrupted(result, "while its environment was being made")
+            else:
+                result.message = e.message
             result.log = str(log) if log.is_file() else None
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as f:
@@ -325,12 +329,21 @@ class Runner:
                 try:
                     results[job.spec.name] = fut.result()
                 except Exception as e:  # a worker that died with the interrupt
-                    results[job.spec.name] = EnvResult(job.spec.name, job.variant, "interrupted",
-                                                       message=str(e))
+                    results[job.spec.name] = interrupted(
+                        EnvResult(job.spec.name, job.variant, "failed"),
+                        f"({type(e).__name__}{': ' + str(e) if str(e) else ''})")
             raise Interrupted([results[s.name] for s in specs if s.name in results]) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         return [results[s.name] for s in specs]
+
+
+def interrupted(result: EnvResult, when: str) -> EnvResult:
+    """`result` as an environment stopped by Ctrl-C or SIGTERM, saying when and what is left."""
+    result.status = "interrupted"
+    result.message = (f"stopped by the interrupt {when}; build/ keeps the {result.variant} it had "
+                      "before, if any")
+    return result
 
 
 class Interrupted(Exception):

@@ -104,9 +104,13 @@ def availability(spec: EnvSpec, inst: Installer, folder: Path, torch_index: bool
         return Availability(False, f"{platform} is not among its platforms")
     problems, toolkit, tk_note = [], None, "-"
     req, indexes = torch_source(spec, torch_index)
-    compute, detail = _probe(inst, req, indexes, folder / PROBE_CACHE)
+    excluded = excluded_by_constraint(spec, inst, torch_index)
+    compute, detail = (None, "") if excluded else _probe(inst, req, indexes, folder / PROBE_CACHE)
     where = "PyPI or its PyTorch index" if torch_index else "PyPI"
-    if compute is None:
+    if excluded:  # the wheel may well be there: the user's own constraint is what says no
+        problems.append(excluded)
+        torch_note = "excluded by a constraint"
+    elif compute is None:
         problems.append(f"no {req} wheel on {where} here"
                         + (f" (the {spec.compute} wheels are on {spec.torch_index})"
                            if spec.torch_index and not torch_index else "")
@@ -132,6 +136,17 @@ def availability(spec: EnvSpec, inst: Installer, folder: Path, torch_index: bool
     return Availability(not problems, "; ".join(problems), torch_wheel=detail if compute else None,
                         torch_compute=compute, toolkit=toolkit, torch_note=torch_note,
                         toolkit_note=tk_note)
+
+
+def excluded_by_constraint(spec: EnvSpec, inst: Installer, torch_index: bool) -> str | None:
+    """Why the user's pip constraints exclude the torch `spec` pins, naming the constraint and
+    its file, or None (then a missing wheel is the index's doing, not the user's)."""
+    version = spec.torch_version + (f"+{spec.compute}" if torch_index and spec.torch_index else "")
+    hit = inst.excluding_constraint("torch", version)
+    if hit is None:
+        return None
+    return (f"pip's constraint `{hit[1]}` in {hit[0]} excludes torch {version} here (remove it "
+            f"there to realise or lock {spec.name})")
 
 
 def torch_source(spec: EnvSpec, torch_index: bool) -> tuple[str, list[str]]:
@@ -325,6 +340,10 @@ def realise(spec: EnvSpec, folder: Path, *, inst: Installer | None = None, log: 
         tk_pkgs = packages(tk_state, list(spec.toolkit_wheels), [], locked)
     req, indexes = torch_source(spec, torch_index)
     pkgs = packages(env_state, [req, *spec.pypi_extra], indexes, locked)
+    excluded = excluded_by_constraint(spec, inst, torch_index)
+    if excluded and pkgs.lock is None:  # a lock's pins are checked by its preflight
+        raise BuildError(f"{spec.name}: {excluded}",
+                         hint="lift the constraint, or build another environment")
     for p in (tk_pkgs, pkgs):
         if p is not None:
             p.preflight(inst)

@@ -161,9 +161,9 @@ class Installer:
         finally:
             req.unlink(missing_ok=True)
 
-    def check_constraints(self, lock: Lock) -> None:
-        """pip's constraints hold for a lock too (hash-checking mode can't take them)."""
-        pins = {p.name: p.version for p in lock.packages}
+    def constraints(self) -> list[tuple[str, str, Requirement]]:
+        """pip's constraints here: (file, line, requirement) of each line that is one."""
+        found = []
         for file in self.config.get("constraint", []):
             try:
                 lines = Path(file).read_text().splitlines()
@@ -171,17 +171,29 @@ class Installer:
                 continue
             for line in lines:
                 line = line.split("#")[0].strip()
-                if not line:
-                    continue
                 try:
-                    req = Requirement(line)
+                    found.append((file, line, Requirement(line)))
                 except InvalidRequirement:
-                    continue
-                version = pins.get(canonicalize_name(req.name))
-                if version and not req.specifier.contains(version, prereleases=True):
-                    raise BuildError(f"{lock.path.name} pins {req.name} {version}, which pip's "
-                                     f"constraints here exclude ({line})", file=lock.path,
-                                     key="packages", hint="lock with this machine's constraints")
+                    continue  # blank, or an option line (-c, -r)
+        return found
+
+    def excluding_constraint(self, name: str, version: str) -> tuple[str, str] | None:
+        """(file, line) of pip's constraint here that excludes `name` at `version`, if any."""
+        for file, line, req in self.constraints():
+            if canonicalize_name(req.name) == canonicalize_name(name) and \
+                    not req.specifier.contains(version, prereleases=True):
+                return file, line
+        return None
+
+    def check_constraints(self, lock: Lock) -> None:
+        """pip's constraints hold for a lock too (hash-checking mode can't take them)."""
+        for package in lock.packages:
+            hit = self.excluding_constraint(package.name, package.version)
+            if hit:
+                raise BuildError(f"{lock.path.name} pins {package.name} {package.version}, which "
+                                 f"pip's constraint `{hit[1]}` in {hit[0]} excludes here",
+                                 file=lock.path, key="packages",
+                                 hint="lock with this machine's constraints")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

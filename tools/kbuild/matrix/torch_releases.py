@@ -13,12 +13,8 @@ answer is validated (its JSON by a model) before anything is read from it.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import re
-import socket
-import threading
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from email.parser import Parser
@@ -31,6 +27,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from ..core import web
 from ..core.errors import BuildError
 
 ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -47,7 +44,7 @@ class Release:
 
 MAX_ANSWER = 64 * 1024 * 1024     # bytes: PyPI's torch page is a few MB
 MAX_FILENAME = 255                # a wheel's file name is a file name
-WEB = ("http", "https")
+WEB = web.WEB
 # CUDA releases (major -> minors): a `+cuXYZ` label names one of these, or is not followed.
 # Extend when NVIDIA publishes a toolkit.
 CUDA_RELEASES = {11: range(0, 9), 12: (0, 1, 2, 3, 4, 5, 6, 8, 9), 13: (0, 1, 2)}
@@ -100,76 +97,24 @@ def _web_only(url: str, index: str) -> str:
     return url
 
 
-class _WebRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if urlsplit(newurl).scheme not in WEB:
-            raise urllib.error.URLError(f"redirected to {newurl[:200]!r}: only http(s) is read")
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _opener(sockets: list, expired: threading.Event) -> urllib.request.OpenerDirector:
-    """http(s) only; the socket of every connection it makes is recorded once connected (so the
-    deadline can cut it, even after urllib hands it to the response), and one connected after
-    the deadline is cut at once."""
-    def tracked(cls):
-        class Tracked(cls):
-            def connect(self):
-                super().connect()
-                sockets.append(self.sock)
-                if expired.is_set():
-                    _cut(self.sock)
-        return Tracked
-
-    class Http(urllib.request.HTTPHandler):
-        def http_open(self, req):
-            return self.do_open(tracked(http.client.HTTPConnection), req)
-
-    class Https(urllib.request.HTTPSHandler):
-        def https_open(self, req):
-            return self.do_open(tracked(http.client.HTTPSConnection), req, context=self._context)
-
-    opener = urllib.request.OpenerDirector()
-    for handler in (urllib.request.ProxyHandler(), Http(), Https(), _WebRedirects(),
-                    urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
-        opener.add_handler(handler)
-    return opener
-
-
-def _cut(sock: socket.socket) -> None:
-    """Ends a connection's reads and writes now, from any thread (TLS state left alone)."""
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
 def _get(url: str, timeout: float, limit: int = MAX_ANSWER) -> tuple[bytes, str]:
     """The body and Content-Type at `url` (http or https), read within `timeout` seconds in all."""
     hint = "check --index (a simple-API index such as https://pypi.org/simple)"
     if urlsplit(url).scheme not in WEB:
         raise BuildError(f"cannot read {url[:200]}: only http(s) indexes are read", hint=hint)
-    sockets: list = []
-    expired = threading.Event()
-
-    def cut() -> None:  # the deadline: unblock whatever read is waiting
-        expired.set()
-        for sock in list(sockets):
-            _cut(sock)
-
     req = urllib.request.Request(url, headers={"Accept": ACCEPT, "User-Agent": "kbuild"})
-    watchdog = threading.Timer(timeout, cut)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        with _opener(sockets, expired).open(req, timeout=timeout) as resp:
-            body = resp.read(limit + 1)
-            ctype = resp.headers.get("Content-Type", "")
-    except (OSError, http.client.HTTPException, ValueError) as e:
-        if expired.is_set():
-            raise BuildError(f"cannot read {url}: no complete answer within {timeout:g}s",
+    with web.Deadline(timeout) as deadline:
+        try:
+            with deadline.opener().open(req, timeout=timeout) as resp:
+                body = resp.read(limit + 1)
+                ctype = resp.headers.get("Content-Type", "")
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            if deadline.expired.is_set():
+                raise BuildError(f"cannot read {url}: no complete answer within {timeout:g}s",
+                                 hint=hint) from None
+            raise BuildError(f"cannot read {url}: {getattr(e, 'reason', None) or e}",
                              hint=hint) from None
-        raise BuildError(f"cannot read {url}: {getattr(e, 'reason', None) or e}", hint=hint) from None
-    finally:
-        watchdog.cancel()
-    if expired.is_set():
+    if deadline.expired.is_set():
         raise BuildError(f"cannot read {url}: no complete answer within {timeout:g}s", hint=hint)
     if len(body) > limit:
         raise BuildError(f"cannot read {url}: the answer is larger than {limit // 2**20} MiB",

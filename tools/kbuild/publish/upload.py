@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..stages.check import BYTECODE, check_variant, variant_dirs
+from ..stages.frameworks import not_made_by
 from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
@@ -121,6 +122,12 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
     chosen: list[BuiltVariant] = []
     skipped: dict[str, list[str]] = {}
     for d in dirs:
+        stale = not_made_by(manifest, d.name, project)
+        if stale:  # e.g. a torchXY variant left after switching to [torch.stable-abi]
+            skipped[d.name] = [f"not a variant of this build.toml: {stale}; an earlier build left "
+                               "it (`kbuild clean` removes it)"]
+            warn(f"skipping {d.name}: " + skipped[d.name][0])
+            continue
         report = check_variant(d, python=python, load=load)
         problems = [p for p in report.problems if p.code != BYTECODE]
         notes = list(report.notes)  # e.g. "not loadable on this machine" for a CUDA variant

@@ -14,12 +14,13 @@ from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
 from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
-                             LocalBuild, Provenance, VariantMetadata)
+                             LocalBuild, Provenance, SplitCompile, VariantMetadata)
 from . import cutlass
 from .plan import VariantPlan
 
 
-def provenance(plan: VariantPlan) -> Provenance:
+def provenance(plan: VariantPlan, nvcc_split: int = 1) -> Provenance:
+    """Where the variant comes from; `nvcc_split`: the parts nvcc split its device code into."""
     tools_git = git_state(Path(__file__).resolve().parent)
     builder = (BuilderGit(version=__version__, commit=tools_git.commit, dirty=tools_git.dirty)
                if tools_git else BuilderGit(version=__version__))
@@ -36,10 +37,12 @@ def provenance(plan: VariantPlan) -> Provenance:
                              for d in used]} if used else {}),
         # --cuda-capabilities: never published (check refuses it)
         **({"local_build": LocalBuild(cuda_capabilities=list(plan.local_capabilities))}
-           if plan.local_capabilities else {}))
+           if plan.local_capabilities else {}),
+        # KBUILD_NVCC_SPLIT (or a local build's default): kernels may run slower; never published
+        **({"split_compile": SplitCompile(parts=nvcc_split)} if nvcc_split > 1 else {}))
 
 
-def metadata(plan: VariantPlan, variant: Path) -> VariantMetadata:
+def metadata(plan: VariantPlan, variant: Path, nvcc_split: int = 1) -> VariantMetadata:
     """The metadata of the variant staged at `variant` (its files are digested)."""
     general = plan.manifest.general
     backend = BackendInfo(type=plan.backend, **(
@@ -52,7 +55,7 @@ def metadata(plan: VariantPlan, variant: Path) -> VariantMetadata:
                         for d in general.kernel_depends_for(plan.backend)],
         backend=backend, **sources,
         digest=Digest(algorithm="sha256", files=digest_files(variant)),
-        provenance=provenance(plan))
+        provenance=provenance(plan, nvcc_split))
 
 
 def _ships(rel: str, data_exts: set[str]) -> bool:
@@ -113,9 +116,11 @@ def _copy(src: Path, dest: Path) -> None:
                          hint="check the permissions and free space of the build folder") from None
 
 
-def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) -> Path:
+def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path,
+          nvcc_split: int = 1) -> Path:
     """Builds the complete variant in a private staging dir and returns it; on any failure
-    the staging dir is removed."""
+    the staging dir is removed. `nvcc_split`: the split the `.so`'s device code was compiled
+    with (recorded in the metadata's provenance when more than 1)."""
     staging_root.mkdir(parents=True, exist_ok=True)
     staging = staging_root / f"{plan.name}.{os.getpid()}"
     if staging.exists():
@@ -128,7 +133,7 @@ def stage(plan: VariantPlan, work: Path, so: Path | None, staging_root: Path) ->
         if so is not None:
             _copy(so, staging / so.name)
             os.chmod(staging / so.name, 0o755)
-        meta = metadata(plan, staging)
+        meta = metadata(plan, staging, nvcc_split)
         try:
             BuiltVariant.write(staging, meta)
         except OSError as e:

@@ -45,6 +45,8 @@ class Problem(str):
 BYTECODE = "layout.bytecode"
 # A local build (--cuda-capabilities): never published, but its load is still checked.
 LOCAL_BUILD = "metadata.local-build"
+# A release build split by KBUILD_NVCC_SPLIT: its kernels may run slower; never published either.
+SPLIT_BUILD = "metadata.split-build"
 
 
 @dataclass
@@ -171,6 +173,11 @@ def metadata_problems(built: BuiltVariant) -> list[Problem]:
         problems.append(Problem(LOCAL_BUILD, f"metadata.json: a local build for CUDA "
                                 f"capabilities {caps} only (--cuda-capabilities); build without "
                                 "it to publish"))
+    split = prov.split_compile if prov else None
+    if split and not local:  # a local build splits by default and is refused already
+        problems.append(Problem(SPLIT_BUILD, f"metadata.json: its device code was compiled split "
+                                f"in {split.parts} parts (KBUILD_NVCC_SPLIT), which can make "
+                                "kernels slower; build without it to publish"))
     compiled = parsed is None or not parsed.is_noarch
     if compiled and meta.backend.type.needs.archs_key and not meta.backend.archs:
         problems.append(Problem("metadata.archs", "metadata.json: backend.archs is empty"))
@@ -388,7 +395,7 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
         report.problems += name_problems(built, so)
     # Bytecode does not ship and the load does not read it, and a local build is loaded to be
     # used here: neither excuses the load.
-    if load and all(p.code in (BYTECODE, LOCAL_BUILD) for p in report.problems):
+    if load and all(p.code in (BYTECODE, LOCAL_BUILD, SPLIT_BUILD) for p in report.problems):
         result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True

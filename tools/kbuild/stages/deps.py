@@ -64,6 +64,11 @@ def stderr_warning(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def stderr_note(message: str) -> None:
+    """What the build waits for (a download), on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def without_cache(reason: str) -> str:
     """Says once per process (on stderr) that the build goes on without an optional cache (a
     configure seed, a precompiled header, a memo), and why; returns the reason."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -24,8 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
+from ..core import web
 from ..core.errors import BuildError
 from ..core.runner import capture
 
@@ -64,10 +66,25 @@ def _read(path: Path) -> dict:
                          hint="fix the sccache configuration, or point SCCACHE_CONF elsewhere") from None
 
 
+def _dist_section(path: Path) -> dict:
+    """The [dist] table of the sccache configuration at `path` ({} without one)."""
+    section = _read(path).get("dist", {})
+    if not isinstance(section, dict):
+        raise BuildError("`dist` must be a table ([dist]) of sccache's settings", file=path,
+                         key="dist", hint="fix the sccache configuration, or point SCCACHE_CONF "
+                                          "elsewhere")
+    return section
+
+
 def _check_url(url: str, where: str) -> str:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise BuildError(f"{where} {url!r} is not an http:// or https:// URL",
+    try:
+        parsed = urlparse(url)
+        ok = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+        parsed.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise BuildError(f"{where} {web.public(url)!r} is not an http:// or https:// URL",
                          hint="name the scheduler as sccache's clients reach it, e.g. "
                               "http://10.0.0.5:10600")
     return url
@@ -80,16 +97,36 @@ def configured() -> Dist | None:
     if url:
         _check_url(url, f"--dist-scheduler ({SCHEDULER_VAR})")
         token = os.environ.get(TOKEN_VAR, "").strip()
-        own_auth = config and config.is_file() and _read(config).get("dist", {}).get("auth")
+        own_auth = config and config.is_file() and _dist_section(config).get("auth")
         if not token and not own_auth:
-            raise BuildError(f"{TOKEN_VAR} is not set: the scheduler at {url} needs the client token",
+            raise BuildError(f"{TOKEN_VAR} is not set: the scheduler at {web.public(url)} needs "
+                             "the client token",
                              hint=f"export {TOKEN_VAR}=<the token of the scheduler's [client_auth]>")
         return Dist(url, True, config if config and config.is_file() else None, token or None)
     if config and config.is_file():
-        url = str(_read(config).get("dist", {}).get("scheduler_url", "")).strip()
+        url = str(_dist_section(config).get("scheduler_url", "")).strip()
         if url:
             return Dist(_check_url(url, f"{config}: [dist] scheduler_url"), False, config)
     return None
+
+
+def scrub(text: str, dist: Dist) -> str:
+    """`text` (what sccache said) without the build's secrets: the client token, a password in
+    the scheduler's URL, the token of the configuration's [dist.auth] (sccache's parse errors
+    quote the offending line), any `user:password@` of a URL."""
+    secrets = [dist.token or "", os.environ.get(TOKEN_VAR, "").strip()]
+    parts = urlparse(dist.scheduler)
+    secrets += [parts.password or "", unquote(parts.password or "")]
+    try:
+        auth = _dist_section(dist.config).get("auth") if dist.config else None
+    except BuildError:
+        auth = None
+    if isinstance(auth, dict) and isinstance(auth.get("token"), str):
+        secrets.append(auth["token"])
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    text = re.sub(r"""(token\s*=\s*)("[^"]*"|'[^']*')""", r'\1"***"', text)
+    return re.sub(r"(\w+://)[^/@\s]*@", r"\1", text)
 
 
 def is_sccache(launcher: str | None) -> bool:
@@ -99,6 +136,8 @@ def is_sccache(launcher: str | None) -> bool:
 def for_launcher(launcher: str | None) -> Dist | None:
     """The scheduler to use with this compiler launcher: only sccache distributes; a scheduler
     named on the command line with another launcher chosen is refused."""
+    if not is_sccache(launcher) and not os.environ.get(SCHEDULER_VAR, "").strip():
+        return None  # the user's sccache configuration is not sccache's business here
     dist = configured()
     if dist and not is_sccache(launcher):
         if dist.given:
@@ -148,7 +187,7 @@ class Session:
 
     def counts(self) -> "DistCounts":
         stats = self.stats()
-        return DistCounts(self.dist.scheduler, dict(stats.get("dist_compiles") or {}),
+        return DistCounts(web.public(self.dist.scheduler), dict(stats.get("dist_compiles") or {}),
                           int(stats.get("dist_errors") or 0), self.status)
 
 
@@ -209,10 +248,10 @@ def session(dist: Dist, sccache: str) -> Iterator[Session]:
         proc = capture([sccache, "--start-server"], env={**os.environ, **env}, timeout=120)
         if proc.returncode:
             raise BuildError("sccache could not start a server for distributed compiles: "
-                             + (proc.stderr or proc.stdout).strip()[-500:],
+                             + scrub((proc.stderr or proc.stdout).strip(), dist)[-500:],
                              hint=f"check the scheduler settings ({dist.config or SCHEDULER_VAR})")
         started = True
-        yield Session(sccache, dist, env, _scheduler_status(sccache, env))
+        yield Session(sccache, dist, env, scrub(_scheduler_status(sccache, env), dist))
     finally:
         if started:
             capture([sccache, "--stop-server"], env={**os.environ, **env}, timeout=60)

@@ -73,3 +73,28 @@ def stable_variant(regular: Variant, version: tuple[int, int]) -> Variant:
     assert regular.backend is not None
     return Variant.torch(version, regular.backend, cpu=regular.cpu, os=regular.os,
                          backend_version=regular.backend_version, framework="torch-stable-abi")
+
+
+def not_made_by(manifest: Manifest, name: str, project: Path) -> str | None:
+    """Why build.toml, as it is now, makes no variant named `name` (a folder an earlier build
+    left in build/: another framework, a backend no longer listed, another stable-ABI version),
+    or None when it makes one (a name that is no variant is check's to report)."""
+    try:
+        variant = Variant.parse(name)
+    except ValueError:
+        return None
+    backends = manifest.general.backends
+    if variant.backend is not None and variant.backend not in backends:
+        return f"build.toml lists no {variant.backend} backend"
+    if variant.is_noarch != manifest.is_noarch:
+        return ("build.toml makes noarch variants ([torch-noarch])" if manifest.is_noarch else
+                "build.toml makes compiled variants, not noarch ones")
+    if variant.is_noarch or manifest.torch is None or variant.backend is None:
+        return None
+    stable = stable_abi_version(manifest, variant.backend, project)
+    if stable is None and variant.framework == "torch-stable-abi":
+        return f"build.toml builds torch variants for {variant.backend} (no torch.stable-abi)"
+    if stable is not None and (variant.framework != "torch-stable-abi" or variant.version != stable):
+        return (f"build.toml builds torch-stable-abi{stable[0]}{stable[1]} variants for "
+                f"{variant.backend} (torch.stable-abi = \"{stable[0]}.{stable[1]}\")")
+    return None

@@ -22,16 +22,13 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
 from . import cutlass, frameworks, schedule
 from .plan import VariantPlan
+from .toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
 
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
 CUDA_SUFFIXES = (".cu",)
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
 EXTENSION_NAME = re.compile(rb"\bTORCH_EXTENSION_NAME\b")
 _UNSAFE = re.compile(r"[;\x00-\x1f\x7f]|\$<")
-# nvcc hands its arguments to /bin/sh when it runs the host compiler and its own tools, some
-# unquoted and some in double quotes: `$(...)` in a CUDA flag or path would run. What reaches
-# nvcc is limited to characters the shell leaves alone.
-_NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
 _IDENT = re.compile(r"^[A-Za-z0-9_]+$")
 # torch's nvcc flags as upstream gets them (find_package(Torch) and COMMON_NVCC_FLAGS without the
 # __CUDA_NO_HALF*/BFLOAT16 defines), for every CUDA source.
@@ -92,12 +89,12 @@ class _Values:
 
 def check_nvcc_values(project: Path, values: list[str], key: str | None) -> None:
     for v in values:
-        if not _NVCC_SAFE.match(v):
+        if not NVCC_SAFE.match(v):
             bad = sorted(set(re.sub(r"[A-Za-z0-9_\-+=.,/:@%^]", "", v)))
             raise BuildError(
                 f"{v!r} contains {''.join(bad)!r}: nvcc passes it to a shell, which would "
                 "interpret it", file=project / MANIFEST if key else project, key=key,
-                hint="use only letters, digits and - _ + = . , / : @ % ^ in what CUDA sources "
+                hint=f"use only {NVCC_SAFE_TEXT} in what CUDA sources "
                      "see" + ("" if key else " (build from a folder with such a path)"))
 
 
@@ -259,9 +256,11 @@ def plan_cmake(plan: VariantPlan) -> str:
         includes[name] = ([str(project / d) for d in kernel.include] + common_includes
                           + dep_includes.get(name, []))
         if plan.cuda and kernel.backend == Backend.CUDA:
-            includes[name] += cuda_includes
-            env_dirs = ([torch.site_packages, torch.python_include, *torch_includes]
-                        if "torch" in kernel.depends else [])
+            # A torch-free kernel sees the toolkit alone (its objects are shared across torch
+            # versions); torch's CUDA libraries' headers go with torch.
+            uses_torch = "torch" in kernel.depends
+            includes[name] += cuda_includes if uses_torch else list(plan.cuda.include_dirs)
+            env_dirs = [torch.site_packages, torch.python_include, *torch_includes] if uses_torch else []
             check_cuda_kernel(plan, name, kernel, includes[name] + toolkit + dep_dirs + env_dirs)
     units = compile_units(plan, includes)
     # The link takes the kernels' objects in this order; Ninja starts them slowest first.

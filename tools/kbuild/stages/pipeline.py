@@ -107,7 +107,7 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
     with locked(Layout.of(plan.project).variant_work(plan.name).with_suffix(".lock")):
         step(Step(plan.name, "generate"))
         work = generate(plan)
-        so, slowest, cache, header, remote = None, (), "", "", ""
+        so, slowest, cache, header, remote, nvcc_split = None, (), "", "", "", 1
         # torch's libraries load in the target interpreter while the compiler runs
         with Loader(plan.torch.python, plan.torch.lib_dir) if plan.compiled and verify \
                 else nullcontext() as loader:
@@ -120,9 +120,10 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
                 cache = str(compiled.cache) if compiled.cache else ""
                 header = str(compiled.pch) if compiled.pch else ""
                 remote = str(compiled.dist) if compiled.dist else ""
+                nvcc_split = compiled.nvcc_split
                 verify_build(plan, so)
             step(Step(plan.name, "assemble"))
-            staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging)
+            staged = stage(plan, work, so, Layout.of(plan.project, build_dir).staging, nvcc_split)
             try:
                 if so is not None and verify:
                     if loaded_before(plan, staged / so.name, work):

@@ -22,6 +22,12 @@ from ..core.errors import BuildError
 from ..core.runner import capture
 from .torch_install import TorchInstall
 
+# nvcc hands its arguments to /bin/sh when it runs the host compiler and its own tools, some
+# unquoted and some in double quotes: `$(...)` in a CUDA flag or path would run. What reaches
+# nvcc is limited to characters the shell leaves alone.
+NVCC_SAFE = re.compile(r"^[A-Za-z0-9_\-+=.,/:@%^]*$")
+NVCC_SAFE_TEXT = "letters, digits and - _ + = . , / : @ % ^"
+
 
 @dataclass(frozen=True)
 class Toolkit:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kbuild.core.errors import BuildError
 from kbuild.stages import compile as comp
 from kbuild_testing import fake_toolkit, make_probe_project, plan_of
 
@@ -56,8 +57,11 @@ def test_a_compiler_cache_launches_host_and_cuda_compiles(plan, tmp_path, monkey
 def test_compiler_cache_choice(tmp_path, monkeypatch):
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")
     assert comp.compiler_launcher() is None
-    monkeypatch.setenv("KBUILD_COMPILER_CACHE", str(tmp_path / "absent"))
-    assert comp.compiler_launcher() is None
+    for absent in (str(tmp_path / "absent"), "no-such-cache"):  # named: never silently without it
+        monkeypatch.setenv("KBUILD_COMPILER_CACHE", absent)
+        with pytest.raises(BuildError, match=f"KBUILD_COMPILER_CACHE={absent}: no such program") as e:
+            comp.compiler_launcher()
+        assert "KBUILD_COMPILER_CACHE=none" in e.value.hint
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(comp.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "auto")

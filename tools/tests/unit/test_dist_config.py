@@ -93,3 +93,56 @@ def test_the_report_names_the_servers():
     none = dist.DistCounts("http://s:1", {}, 0, "0 build servers, 0 cores")
     assert str(none) == ("distributed compiles (http://s:1): none, every compile ran here "
                          "(0 build servers, 0 cores)")
+
+
+def test_with_no_compiler_cache_the_users_sccache_configuration_is_not_read(monkeypatch, tmp_path):
+    """KBUILD_COMPILER_CACHE=none (or ccache) compiles without sccache: its configuration, even
+    broken, is not read; where sccache is used, `dist = 5` is one error naming file and key."""
+    conf = tmp_path / "conf.toml"
+    monkeypatch.setenv("SCCACHE_CONF", str(conf))
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "none")
+    for text in ("[dist\n", "dist = 5\n"):
+        conf.write_text(text)
+        assert compile_mod.compiler_launcher() is None and dist.for_launcher(None) is None
+        assert dist.for_launcher("/usr/bin/ccache") is None
+    with pytest.raises(BuildError, match=r"`dist` must be a table") as e:
+        dist.for_launcher("/usr/bin/sccache")
+    assert e.value.file == conf and e.value.key == "dist"
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "auto")  # auto looks for a scheduler: one error
+    with pytest.raises(BuildError, match=r"`dist` must be a table"):
+        compile_mod.compiler_launcher()
+
+
+def test_scheduler_credentials_are_never_shown(monkeypatch, tmp_path):
+    """A password in the scheduler's URL and the client token appear neither in the refusal of
+    a bad URL, nor in the build's summary, nor in what sccache's errors are relayed with (its
+    parse errors quote the offending line of the configuration)."""
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://alice:PASS@sched:port")
+    monkeypatch.setenv(dist.TOKEN_VAR, "t0ken")
+    with pytest.raises(BuildError, match="is not an http:// or https:// URL") as e:
+        dist.configured()
+    assert "PASS" not in str(e.value) and "alice" not in str(e.value)
+    monkeypatch.setenv(dist.SCHEDULER_VAR, "http://alice:PASS@sched:10600")
+    given = dist.configured()
+    monkeypatch.setattr(dist.Session, "stats", lambda self: {"dist_compiles": {"10.0.0.1:1": 2}})
+    assert str(dist.Session("sccache", given).counts()) == \
+        "distributed compiles (http://sched:10600): 2 on 1 build server (10.0.0.1:1: 2), 0 failed"
+    conf = tmp_path / "conf.toml"
+    conf.write_text('[dist]\nscheduler_url = "http://bob:hunter2@sched:10600"\n'
+                    'auth = { type = "token", token = "s3cr3t" }\n')
+    monkeypatch.setenv("SCCACHE_CONF", str(conf))
+    given = dist.configured()  # --dist-scheduler, with the user's configuration merged in
+    monkeypatch.delenv(dist.SCHEDULER_VAR)
+    said = ('sccache: error: failed to parse config: TOML parse error at line 3\n  |\n'
+            '3 | auth = { type = "token", token = "s3cr3t" }\n'
+            'scheduler http://bob:hunter2@sched:10600 with token t0ken, s3cr3t\n')
+    import subprocess
+    monkeypatch.setattr(dist, "capture", lambda args, **kw: subprocess.CompletedProcess(args, 1, "", said))
+    for d in (dist.configured(), given):
+        with pytest.raises(BuildError, match="sccache could not start a server") as e:
+            with dist.session(d, "sccache"):
+                pass
+        shown = str(e.value)
+        for secret in ("hunter2", "s3cr3t", "t0ken", "PASS", "bob", "alice"):
+            assert secret not in shown, (secret, shown)
+        assert 'token = "***"' in shown and "http://sched:10600" in shown

@@ -3,6 +3,7 @@ naming their key, TORCH_EXTENSION_NAME is the build id, dependencies and the sta
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -243,16 +244,30 @@ def test_a_kernel_of_headers_only_makes_no_unit(tmp_path):
 
 def test_cuda_kernels_see_the_headers_of_torchs_cuda_libraries_after_the_toolkits(tmp_path):
     """As upstream's torch (its CUDA libraries propagated to kernels): curand_kernel.h from the
-    nvidia-* wheels torch was installed with, searched after the toolkit's own headers."""
-    project = cuda_project(tmp_path / "p")
-    site = tmp_path / "site" / "nvidia"
+    nvidia-* wheels torch was installed with, searched after the toolkit's own headers, for the
+    kernels that depend on torch; a torch-free kernel sees the toolkit alone (issue 42: its
+    objects depend only on the toolkit and are shared across torch versions), so every folder
+    on its include path is one its compile line maps away."""
+    project = make_probe_project(tmp_path / "p", backends=("cpu", "cuda"),
+                                 files={"csrc/t.cu": "", "csrc/free.cu": ""}, kernels={
+        "t": {"backend": "cuda", "depends": ["torch"], "src": ["csrc/t.cu"]},
+        "free": {"backend": "cuda", "depends": [], "src": ["csrc/free.cu"]}})
+    plan = cuda_plan_of(project)
+    plan = dataclasses.replace(plan, torch=dataclasses.replace(
+        plan.torch, python_include=str(tmp_path / "py-include")))  # a torch kernel's nvcc sees it
+    site = Path(plan.torch.site_packages) / "nvidia"
     for lib in ("cu13", "cudnn", "nccl"):
         (site / lib / "include").mkdir(parents=True)
     (site / "cu13" / "include" / "curand_kernel.h").write_text("")
     (site / "cu13" / "lib").mkdir()  # no headers: not an include dir
-    got = read_back(generate.plan_cmake(cuda_plan_of(project)), tmp_path,
-                    ["KB_TORCH_INCLUDES", "KB_KERNEL_k_INCLUDES"])
+    got = read_back(generate.plan_cmake(plan), tmp_path,
+                    ["KB_TORCH_INCLUDES", "KB_KERNEL_t_INCLUDES", "KB_KERNEL_free_INCLUDES",
+                     "KB_TOOLKIT_DIRS"])
     wheels = [str(site / lib / "include") for lib in ("cu13", "cudnn", "nccl")]
     toolkit = str(tmp_path / "cuda" / "include")
-    assert got["KB_KERNEL_k_INCLUDES"][-4:] == [toolkit, *wheels]
+    assert got["KB_KERNEL_t_INCLUDES"][-4:] == [toolkit, *wheels]
     assert got["KB_TORCH_INCLUDES"][-4:] == [toolkit, *wheels]
+    assert got["KB_KERNEL_free_INCLUDES"][-1] == toolkit
+    mapped = [str(project), *got["KB_TOOLKIT_DIRS"]]  # what a torch-free compile line maps
+    assert all(any(d == m or d.startswith(m + "/") for m in mapped)
+               for d in got["KB_KERNEL_free_INCLUDES"]), got["KB_KERNEL_free_INCLUDES"]

@@ -163,8 +163,37 @@ def test_constraints_of_this_machine_hold_for_locks(tmp_path):
     constraints.write_text("torch<=2.13.0\n")
     inst = envs.Installer("uv", "uv", {"constraint": [str(constraints)]})
     inst.check_constraints(lockfile.read(REPO / "locks" / PLATFORM / "pylock.torch213-cpu.toml"))
-    with pytest.raises(BuildError, match=r"pins torch 2.14.1.*torch<=2.13.0"):
+    with pytest.raises(BuildError, match=rf"pins torch 2.14.1, which pip's constraint `torch<=2.13.0` "
+                                         rf"in {re.escape(str(constraints))} excludes here"):
         inst.check_constraints(lockfile.read(REPO / "locks" / PLATFORM / "pylock.torch214-cu130.toml"))
+
+
+def test_a_constraint_that_excludes_the_pinned_torch_is_named_with_its_file(tmp_path, monkeypatch):
+    """Issue 42: with `torch<=2.14.1` in pip's constraints, `kbuild lock` said there was no
+    torch===2.15.0 wheel on PyPI; it is there, the user's constraint excludes it. Said naming
+    the constraint and its file (with and without the PyTorch index), without asking uv."""
+    from kbuild.matrix import lockall
+
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("# the releases on this disk\ntorch<=2.14.1\ntorchvision<=0.29.1\n")
+    inst = envs.Installer("uv", "uv", {"constraint": [str(constraints)]})
+    mx = matrix.load(REPO)
+    new, old = mx.get("torch215-cu132"), mx.get("torch214-cu130")
+    monkeypatch.setattr(envs, "_probe", lambda inst, req, *a: pytest.fail(f"{req} was resolved")
+                        if "2.15" in req else ("cu130", "torch 2.14.1"))
+    said = envs.availability(new, inst, tmp_path)
+    assert not said.ok and said.torch_note == "excluded by a constraint"
+    assert said.reason == (f"pip's constraint `torch<=2.14.1` in {constraints} excludes torch 2.15.0 "
+                           "here (remove it there to realise or lock torch215-cu132)")
+    assert "excludes torch 2.15.0+cu132 here" in envs.availability(new, inst, tmp_path,
+                                                                   torch_index=True).reason
+    assert envs.availability(old, inst, tmp_path).ok  # within the cap: asked as before
+    monkeypatch.setattr(envs, "installer", lambda *a: inst)
+    (row,) = lockall.lock_envs(mx, [new], PLATFORM, envs_dir=tmp_path)
+    assert row.status == "skipped" and row.reason == said.reason
+    with pytest.raises(BuildError) as e:  # `build --env`: refused before anything is created
+        envs.realise(new, tmp_path / "envs", inst=inst)
+    assert e.value.message == f"torch215-cu132: {said.reason}" and not (tmp_path / "envs").exists()
 
 
 def stamp(folder: Path, **fields) -> None:

@@ -5,7 +5,6 @@ metadata (PEP 503 HTML + PEP 658). In process."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +15,7 @@ from typer.testing import CliRunner
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
 from kbuild.matrix import matrix, torch_releases, update
+from kbuild_testing import pixi_before_2_15
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "tools" / "tests" / "data" / "pixi-manifest-schema-v0.77.0.json"
@@ -76,8 +76,7 @@ def index():
 
 @pytest.fixture
 def pixi(tmp_path) -> Path:
-    shutil.copy2(REPO / "pixi.toml", tmp_path / "pixi.toml")
-    return tmp_path / "pixi.toml"
+    return pixi_before_2_15(tmp_path)
 
 
 def test_labelled_releases_by_flavour_and_platform(index):

@@ -5,7 +5,6 @@ release, and one deadline bounds each request. In process."""
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ from typer.testing import CliRunner
 from kbuild.cli import app
 from kbuild.core.errors import BuildError
 from kbuild.matrix import matrix, torch_releases, update
+from kbuild_testing import pixi_before_2_15
 
 REPO = Path(__file__).resolve().parents[3]
 JSON = "application/vnd.pypi.simple.v1+json"
@@ -85,8 +85,7 @@ def index():
 
 @pytest.fixture
 def pixi(tmp_path) -> Path:
-    shutil.copy2(REPO / "pixi.toml", tmp_path / "pixi.toml")
-    return tmp_path / "pixi.toml"
+    return pixi_before_2_15(tmp_path)
 
 
 def serve(name: str, ctype: str, body: bytes | str) -> str:

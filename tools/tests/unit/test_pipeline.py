@@ -37,3 +37,27 @@ def test_cmake_and_ninja_lines_become_steps(tmp_path):
         ("configure", "", None, None), ("compile", "", None, None),
         ("compile", "csrc/k.cpp", 1, 3), ("compile", "linking _probe_cpu_abc1234.abi3.so", 3, 3)]
     assert {s.variant for s in steps} == {plan.name}
+
+
+def test_the_split_a_build_compiled_with_is_in_its_provenance(tmp_path, monkeypatch):
+    """Issue 42: KBUILD_NVCC_SPLIT made a release build split and nothing recorded it. The
+    split of the configure (every object's) reaches metadata.json; an unsplit build has none."""
+    import json
+
+    from kbuild.stages import compile as compile_mod
+    from kbuild_testing import cpu_kernel
+
+    assert compile_mod.configured_split(["-DKB_NVCC_THREADS=2", "-DKB_NVCC_SPLIT=3"]) == 3
+    assert compile_mod.configured_split(["-DKB_PCH=ON"]) == 1  # a CPU build: no nvcc
+    project = make_probe_project(tmp_path / "p", files={"csrc/k.cpp": ""},
+                                 kernels={"k": cpu_kernel(["csrc/k.cpp"])})
+    plan = plan_of(project)
+    so = tmp_path / f"{plan.kernel_id}.abi3.so"
+    so.write_bytes(b"")
+    monkeypatch.setattr(pipeline, "verify_build", lambda plan, so: None)
+    for parts, recorded in ((3, {"parts": 3}), (1, None)):
+        monkeypatch.setattr(pipeline, "compile_variant", lambda *a, **k: compile_mod.Compiled(
+            so, [], nvcc_split=parts))
+        result = pipeline.build_plan(plan, tmp_path / "build", verify=False)
+        meta = json.loads((result.path / "metadata.json").read_text())
+        assert meta["provenance"].get("split-compile") == recorded

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...core.backend import Backend
+from ...core.errors import BuildError
 from ...core.layout import MANIFEST
 from .. import deps
+from ..toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
 from .cache import STAMP, Warn, provision, read_stamp, tree_digest, tree_path, verify_tree
 from .releases import (CUTLASS, NOT_PROVISIONED, RELEASES, SUBSTITUTE_VAR, UPSTREAM, Release, Resolved,
                        Wheel, available, resolve, substitute_requested)
@@ -32,6 +35,24 @@ def _resolve_plan(plan) -> dict[str, list[Resolved]]:
             for name, kernel in plan.kernels.items()}
 
 
+def _refuse_paths_nvcc_cannot_take(plan, resolved: dict[str, list[Resolved]]) -> None:
+    """A CUDA kernel's CUTLASS headers reach nvcc by their path in the cache: a cache whose path
+    nvcc would hand to a shell (a space, `$`) is refused naming KBUILD_CACHE_DIR, before
+    anything is downloaded into it."""
+    for name, needs in resolved.items():
+        if plan.kernels[name].backend != Backend.CUDA or not needs:
+            continue
+        tree = tree_path(needs[0].release)
+        if not NVCC_SAFE.match(str(tree)):
+            bad = "".join(sorted({c for c in str(tree) if not NVCC_SAFE.match(c)}))
+            root = tree.parent.parent
+            raise BuildError(f"the CUTLASS header cache {root} has {bad!r} in its path, which nvcc "
+                             f"would pass to a shell: kernel {name} cannot include headers from "
+                             "there",
+                             hint=f"set {deps.CACHE_VAR} to a folder whose path has only "
+                                  f"{NVCC_SAFE_TEXT} (the cache is {root} now)")
+
+
 def include_dirs(tree: Path) -> list[str]:
     return [str(tree / "include"), str(tree / "tools" / "util" / "include")]
 
@@ -41,6 +62,7 @@ def kernel_includes(plan, warn: Warn | None = None) -> tuple[dict[str, list[str]
     header trees (mapped away in the binary); refusals raise, substitutions warn."""
     warn = warn or deps.stderr_warning
     resolved = _resolve_plan(plan)
+    _refuse_paths_nvcc_cannot_take(plan, resolved)
     trees: dict[Release, Path] = {}
     warned: set[str] = set()
     out: dict[str, list[str]] = {}
