@@ -123,6 +123,7 @@ class StandInSigstore:
         self.certificates: list[x509.Certificate] = []
         self.entries: list[dict] = []
         self.tokens_minted = 0
+        self.refuse: set[str] = set()  # paths answered with 503, as a service that is down
         self.lock = threading.Lock()
         self.identity(repository, workflow, ref)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -387,6 +388,8 @@ class StandInSigstore:
 
             def do_POST(self):  # noqa: N802
                 path = urlsplit(self.path).path
+                if path in standin.refuse:
+                    return self._answer(503, {"code": 503, "message": "service unavailable"})
                 try:
                     body = json.loads(self._body())
                     if path == "/api/v2/signingCert":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -84,6 +85,18 @@ def trusted_signers(project: Path, repository: str | None, workflows: list[str])
     return TrustedSigners(repository, uris)
 
 
+@contextmanager
+def _quiet_sigstore():
+    """sigstore's warnings (the offline mode asked for, the diagnosis below) are not ours."""
+    logger = logging.getLogger("sigstore")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool = False):
     """sigstore's Verifier for the chosen trusted root; an unreachable TUF repository is one
     error naming --offline."""
@@ -92,18 +105,15 @@ def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool 
     from sigstore.verify import Verifier
     if trust is not None:
         return Verifier(trusted_root=trust_config(trust, staging).trusted_root)
-    quiet = logging.getLogger("sigstore")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # its "offline mode" warning is what was asked for
     try:
-        return Verifier.staging(offline=offline) if staging else Verifier.production(offline=offline)
+        with _quiet_sigstore():
+            return (Verifier.staging(offline=offline) if staging
+                    else Verifier.production(offline=offline))
     except TUFError as exc:
         raise BuildError(f"cannot reach Sigstore's TUF repository to refresh the trusted root "
                          f"({_one_line(exc.__cause__ or exc)}); pass --offline to verify against "
                          f"the root in sigstore {__version__}'s cache (first the one its wheel "
                          "embeds)") from None
-    finally:
-        quiet.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -121,11 +131,19 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
         bundle = Bundle.from_json(bundle_path.read_bytes())
     except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
         return f"invalid signature bundle: {_one_line(exc)}"
+    from sigstore.verify.policy import UnsafeNoOp
+    signer = SignerIdentity.of(bundle.signing_certificate)
     try:
         verifier_.verify_artifact(data, bundle, policy)
     except VerificationError as exc:
-        return f"signature verification failed: {_one_line(exc)}"
-    return SignerIdentity.of(bundle.signing_certificate)
+        try:  # which part failed: the signature itself, or only who made it?
+            with _quiet_sigstore():
+                verifier_.verify_artifact(data, bundle, UnsafeNoOp())
+        except VerificationError:
+            return f"signature verification failed: {_one_line(exc)}"
+        return (f"signature verification failed: signed by {signer.describe()}, which is not a "
+                "trusted signer here")
+    return signer
 
 
 def verify_variant(variant: Path, verifier_, policy) -> Verdict:
