@@ -326,6 +326,19 @@ def test_require_signature_refuses_unsigned_or_stale_before_writing(builds, sign
 
 
 def test_a_rebuild_leaves_no_stale_signature(builds, signed, tmp_path):
+    # the same sources: the folder is kept, and with it a signature only while it is current
+    same = fresh_copy(signed.project, tmp_path / "same")
+    folder = variants_of(same)["torch213-cxx11-cpu-x86_64-linux"]
+    meta = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps(meta, indent=3))  # the same, other bytes
+    (so,) = folder.glob("*.so")
+    inode = so.stat().st_ino
+    pipeline.build(same, backends=["cpu"])
+    assert so.stat().st_ino == inode  # kept, not replaced
+    assert not (folder / SIGNATURE).exists()
+    assert (variants_of(same)[OTHER] / SIGNATURE).is_file()
+
+    # other sources: a new folder, without the old signature
     project = fresh_copy(signed.project, tmp_path / "img2gray")
     marked = builds("marked", marker="v1b")  # other sources (built by the run already)
     shutil.copy(marked / "torch-ext" / "img2gray" / "__init__.py",
