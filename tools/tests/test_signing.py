@@ -124,8 +124,8 @@ from sigstore.models import ClientTrustConfig
 from sigstore.verify import Verifier
 import kernels.verify as kv
 
-root = ClientTrustConfig.from_json(Path(sys.argv[1]).read_text()).trusted_root
-Verifier.production = classmethod(lambda cls, offline=False: cls(trusted_root=root))
+_test_root = ClientTrustConfig.from_json(Path(sys.argv[1]).read_text()).trusted_root
+Verifier.production = classmethod(lambda cls, offline=False: cls(trusted_root=_test_root))
 kv.DEFAULT_POLICIES[:] = [kv.GitHubWorkflowPolicy(repo_id=sys.argv[2], signer_uris=[sys.argv[3]])]
 """
 
@@ -250,6 +250,21 @@ def test_kbuild_verify_trusts_only_the_given_repository_and_workflow(signed, sig
     assert other.returncode == 1 and other.stdout.count("FAILED ") == 2 and other.stderr == ""
     assert (f"signed by repository {GITHUB_REPO}, workflow {sigstore.signer_uri}, which is not "
             "a trusted signer here") in other.stdout
+
+
+def test_the_documented_snippet_verifies_each_uploaded_variant(signed, sigstore):
+    """docs/security.md's Python snippet, as written but for the names, run against the upload
+    (the loader's Verifier.production() pointed at the stand-in's root)."""
+    text = (REPO_ROOT / "docs" / "security.md").read_text()
+    snippet = text.split("<!-- verify-snippet")[1].split("```python\n")[1].split("```")[0]
+    uri = "https://github.com/OWNER/REPO/.github/workflows/build-variants.yml@refs/tags/v1.0.0"
+    assert uri in snippet and '"my-org/my-kernel"' in snippet
+    snippet = (snippet.replace(uri, sigstore.signer_uri).replace('"OWNER/REPO"', repr(GITHUB_REPO))
+               .replace('"my-org/my-kernel"', repr(HUB_REPO)))
+    proc = run([sys.executable, "-c", LOADER_AT_TEST_ROOT + snippet, sigstore.config, GITHUB_REPO,
+                sigstore.signer_uri], signed.env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{n} verified" for n in sorted(variants_of(signed.project))]
 
 
 # ----------------------------------------------------------------------------- refusals
