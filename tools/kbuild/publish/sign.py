@@ -11,6 +11,7 @@ other file), not the folder's name.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,7 +187,8 @@ def sign_variants(variants: list[BuiltVariant], options: SigningOptions = Signin
         tmp = v.path / f".{SIGNATURE}.tmp"
         tmp.write_text(bundle, encoding="utf-8")
         os.replace(tmp, v.path / SIGNATURE)
-        log(f"signed {v.name}: {v.path.name}/{SIGNATURE}")
+        entry = json.loads(bundle)["verificationMaterial"]["tlogEntries"][0]
+        log(f"signed {v.name}: {SIGNATURE} (transparency log entry {entry['logIndex']})")
     log(f"signed {len(signed)} variant(s) as {identity.describe()}")
     if identity.github:
         log("users verify with kernels.verify.GitHubWorkflowPolicy("
