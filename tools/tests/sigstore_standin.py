@@ -174,7 +174,8 @@ class StandInSigstore:
                            key_encipherment=False, data_encipherment=False, key_agreement=False,
                            key_cert_sign=True, crl_sign=True, encipher_only=False,
                            decipher_only=False), True)
-                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False)
+                       .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]),
+                                      False)
                        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                                       False))
             if issuer_key is not key:
@@ -328,7 +329,8 @@ class StandInSigstore:
         if (proposed.get("kind"), proposed.get("apiVersion")) != ("hashedrekord", "0.0.1"):
             raise ValueError("only hashedrekord 0.0.1 entries are accepted")
         spec = proposed["spec"]
-        cert = x509.load_pem_x509_certificate(base64.b64decode(spec["signature"]["publicKey"]["content"]))
+        pem = base64.b64decode(spec["signature"]["publicKey"]["content"])
+        cert = x509.load_pem_x509_certificate(pem)
         digest = bytes.fromhex(spec["data"]["hash"]["value"])
         cert.public_key().verify(base64.b64decode(spec["signature"]["content"]), digest,
                                  ec.ECDSA(Prehashed(hashes.SHA256())))
@@ -381,7 +383,8 @@ class StandInSigstore:
                 url = urlsplit(self.path)
                 if url.path != "/oidc/token":
                     return self._answer(404, {"message": "not found"})
-                if self.headers.get("Authorization", "").lower() != f"bearer {standin.request_token}":
+                auth = self.headers.get("Authorization", "").lower()
+                if auth != f"bearer {standin.request_token}":
                     return self._answer(401, {"message": "bad request token"})
                 audience = parse_qs(url.query).get("audience", ["sigstore"])[0]
                 return self._answer(200, {"count": 1, "value": standin.mint_token(audience)})
@@ -401,7 +404,8 @@ class StandInSigstore:
                     if path == "/api/v1/log/entries":
                         return self._answer(201, standin.log_entry(body))
                 except Exception as exc:  # a refusal, as the real services answer one
-                    return self._answer(400, {"code": 400, "message": f"{type(exc).__name__}: {exc}"})
+                    message = f"{type(exc).__name__}: {exc}"
+                    return self._answer(400, {"code": 400, "message": message})
                 return self._answer(404, {"message": "not found"})
 
         return Handler

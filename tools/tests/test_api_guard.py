@@ -75,7 +75,8 @@ def base(tmp_path_factory) -> Path:
     return demo(tmp_path_factory.mktemp("base") / "demo")
 
 
-def upload(hub: HubServer, project: Path, repo: str, **kw) -> tuple[publish.UploadResult, list[str]]:
+def upload(hub: HubServer, project: Path, repo: str,
+           **kw) -> tuple[publish.UploadResult, list[str]]:
     """In process, with the load (the API is what the load reports)."""
     logs: list[str] = []
     options = publish.UploadOptions(repo_id=repo, endpoint=hub.url, token=TOKEN, backoff=0.01, **kw)
@@ -102,8 +103,9 @@ def test_removing_a_public_function_is_refused_naming_it(hub, repo, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KERNELS_"))}
     env.update(HF_ENDPOINT=hub.url, HF_TOKEN=TOKEN, HF_HOME=str(tmp_path / "hf_home"),
                COLUMNS="400")
-    proc = subprocess.run([sys.executable, "-m", "kbuild", "upload", str(removed), "--repo-id", repo],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "kbuild", "upload", str(removed),
+                           "--repo-id", repo], env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {removed / 'build.toml'}: key `general.version`: this upload would "

@@ -21,7 +21,9 @@ import pytest
 
 from kbuild.core.errors import BuildError
 from kbuild.core.layout import SIGNATURE
+from kbuild.core.signature import signature_state
 from kbuild.publish import upload as publish
+from kbuild.publish.sign import SigningOptions
 from kbuild.stages import check, pipeline
 from kbuild_hub.server import HubServer
 from kbuild_testing import as_variant, fresh_copy
@@ -183,7 +185,8 @@ def test_the_loader_refuses_tampering_other_signers_and_the_production_root(
     from sigstore.verify import Verifier
 
     def copy(name: str, as_name: str | None = None) -> Path:
-        return Path(shutil.copytree(variants_of(signed.project)[name], tmp_path / (as_name or name)))
+        source = variants_of(signed.project)[name]
+        return Path(shutil.copytree(source, tmp_path / (as_name or name)))
 
     base = "torch213-cxx11-cpu-x86_64-linux"
     assert isinstance(verify_variant(copy(base), [policy(sigstore)]), R.Success)
@@ -199,7 +202,8 @@ def test_the_loader_refuses_tampering_other_signers_and_the_production_root(
     meta_changed = copy(base, "meta")
     meta = meta_changed / "metadata.json"
     meta.write_text(meta.read_text() + " ")
-    assert isinstance(verify_variant(meta_changed, [policy(sigstore)]), R.SignatureVerificationFailure)
+    result = verify_variant(meta_changed, [policy(sigstore)])
+    assert isinstance(result, R.SignatureVerificationFailure)
 
     swapped = copy(base, "swapped")
     shutil.copy(variants_of(signed.project)[OTHER] / SIGNATURE, swapped / SIGNATURE)
@@ -208,8 +212,8 @@ def test_the_loader_refuses_tampering_other_signers_and_the_production_root(
     fine = copy(base, "fine")
     other_repo = verify_variant(fine, [policy(sigstore, repository="kbuild-test/other")])
     assert isinstance(other_repo, R.SignatureVerificationFailure)
-    other_workflow = verify_variant(fine, [policy(
-        sigstore, workflow=f"https://github.com/{GITHUB_REPO}/.github/workflows/release.yml@{REF}")])
+    release = f"https://github.com/{GITHUB_REPO}/.github/workflows/release.yml@{REF}"
+    other_workflow = verify_variant(fine, [policy(sigstore, workflow=release)])
     assert isinstance(other_workflow, R.SignatureVerificationFailure)
 
     # Sigstore's production root (embedded in the sigstore wheel) does not know the stand-in
@@ -237,7 +241,8 @@ def test_a_signature_binds_metadata_not_the_folder_name(signed, sigstore, test_r
 
 def test_kbuild_verify_trusts_only_the_given_repository_and_workflow(signed, sigstore, hub):
     trust = ["--trust-config", sigstore.config, "--repository", GITHUB_REPO]
-    proc = kbuild("verify", signed.project, *trust, "--workflow", f"{WORKFLOW}@{REF}", env=signed.env)
+    proc = kbuild("verify", signed.project, *trust, "--workflow", f"{WORKFLOW}@{REF}",
+                  env=signed.env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in variants_of(signed.project):
         assert (f"verified {name}: signed by repository {GITHUB_REPO}, workflow "
@@ -264,7 +269,8 @@ def test_the_documented_snippet_verifies_each_uploaded_variant(signed, sigstore)
     proc = run([sys.executable, "-c", LOADER_AT_TEST_ROOT + snippet, sigstore.config, GITHUB_REPO,
                 sigstore.signer_uri], signed.env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"{n} verified" for n in sorted(variants_of(signed.project))]
+    names = sorted(variants_of(signed.project))
+    assert proc.stdout.splitlines() == [f"{n} verified" for n in names]
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -304,7 +310,8 @@ def test_check_flags_unparsable_and_stale_bundles(signed, builds, tmp_path):
     project = fresh_copy(signed.project, tmp_path / "img2gray")
     folders = variants_of(project)
     garbled, stale = folders["torch213-cxx11-cpu-x86_64-linux"], folders[OTHER]
-    (garbled / SIGNATURE).write_text('{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}')
+    (garbled / SIGNATURE).write_text(
+        '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}')
     meta = json.loads((stale / "metadata.json").read_text())
     (stale / "metadata.json").write_text(json.dumps(meta, indent=1))  # the same keys, other bytes
     codes = {name: [p.code for p in check.check_variant(f, load=False).problems]
@@ -313,7 +320,8 @@ def test_check_flags_unparsable_and_stale_bundles(signed, builds, tmp_path):
                      OTHER: ["signature.stale"]}
     proc = kbuild("check", project, "--no-load", env=clean_env(tmp_path, COLUMNS="400"))
     assert proc.returncode == 1
-    assert "signature: metadata.json.sigstore not a Sigstore bundle the loader can read" in proc.stdout
+    assert ("signature: metadata.json.sigstore not a Sigstore bundle the loader can read"
+            in proc.stdout)
     assert ("signature: metadata.json.sigstore it signs other bytes than the current "
             "metadata.json") in proc.stdout
 
@@ -338,6 +346,33 @@ def test_require_signature_refuses_unsigned_or_stale_before_writing(builds, sign
     # signed as they are: accepted (and already there: no commit)
     result = upload(fresh_copy(signed.project, tmp_path / "fine"))
     assert result.status == "unchanged"
+
+
+def test_upload_sign_replaces_a_stale_signature_and_a_dry_run_signs_nothing(
+        signed, sigstore, hub, tmp_path, monkeypatch):
+    project = fresh_copy(signed.project, tmp_path / "img2gray")
+    meta = project / "build" / OTHER / "metadata.json"
+    meta.write_text(meta.read_text() + "\n")  # edited after signing: stale
+    for key, value in sigstore.github_env().items():
+        monkeypatch.setenv(key, value)
+    logs: list[str] = []
+
+    def upload(**kw) -> publish.UploadResult:
+        options = publish.UploadOptions(
+            endpoint=hub.url, token=TOKEN, backoff=0.01, load=False, sign=True,
+            signing=SigningOptions(trust_config=sigstore.config), **kw)
+        return publish.upload(project, options, log=logs.append, warn=logs.append)
+
+    minted = sigstore.tokens_minted
+    assert upload(dry_run=True).status == "dry-run"
+    assert "dry run: would sign 2 variant(s); no certificate is requested" in logs
+    assert sigstore.tokens_minted == minted
+    assert signature_state(meta.parent).status == "stale"
+    result = upload()
+    assert result.status == "uploaded" and sigstore.tokens_minted == minted + 1
+    assert sorted(result.changed) == sorted(
+        [f"build/{OTHER}/metadata.json"] + [f"build/{v}/{SIGNATURE}" for v in variants_of(project)])
+    assert all(signature_state(f).current for f in variants_of(project).values())
 
 
 def test_a_rebuild_leaves_no_stale_signature(builds, signed, tmp_path):
@@ -400,8 +435,8 @@ def test_a_real_bundle_verifies_offline_with_its_signer_only(real_bundle, tmp_pa
                   ["--repository", REAL_REPO, "--workflow",
                    ".github/workflows/release.yml@refs/tags/v0.1.3"]):
         refused = kbuild("verify", real_bundle, "--offline", *other, env=env)
-        assert refused.returncode == 1 and refused.stdout.startswith("FAILED bundle_v3_github.whl"), \
-            refused.stdout + refused.stderr
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert refused.stdout.startswith("FAILED bundle_v3_github.whl")
     data = bytearray(real_bundle.read_bytes())
     data[100] ^= 1
     real_bundle.write_bytes(bytes(data))

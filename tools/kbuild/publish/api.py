@@ -74,13 +74,15 @@ def params_compatible(old: list, new: list) -> bool:
     if len(new_pos) < len(old_pos):
         return False
     for o, n in zip(old_pos, new_pos):
-        if (o[1] == "POSITIONAL_OR_KEYWORD" and (n[1], n[0]) != (o[1], o[0])) or (o[2] and not n[2]):
+        renamed = o[1] == "POSITIONAL_OR_KEYWORD" and (n[1], n[0]) != (o[1], o[0])
+        if renamed or (o[2] and not n[2]):
             return False
     by_name = {p[0]: p for p in new}
     for o in old:
         if o[1] == "KEYWORD_ONLY":
             n = by_name.get(o[0])
-            if n is None or n[1] not in ("KEYWORD_ONLY", "POSITIONAL_OR_KEYWORD") or (o[2] and not n[2]):
+            if (n is None or n[1] not in ("KEYWORD_ONLY", "POSITIONAL_OR_KEYWORD")
+                    or (o[2] and not n[2])):
                 return False
         if o[1] in VARIADIC and not any(p[1] == o[1] for p in new):
             return False
@@ -171,7 +173,8 @@ def api_report(hub: HubClient, branch: str, variants: list[BuiltVariant], *,
     if head is None:
         report.notes.append(f"{hub.repo_id} has no branch {branch} yet: no API to compare with")
         return report
-    remote = hub.call(f"listing {branch}", lambda: hub.tree(head, [f"build/{v.name}" for v in variants]))
+    folders = [f"build/{v.name}" for v in variants]
+    remote = hub.call(f"listing {branch}", lambda: hub.tree(head, folders))
     to_load = []
     for v in variants:
         theirs = {p: o for p, o in remote.items()
@@ -220,7 +223,8 @@ def guard(report: ApiReport, *, project: Path, version: int, allow: bool, log: L
 
 
 def api_diff(project: Path, *, repo_id: str | None = None, build_dir: Path | None = None,
-             python: str | None = None, endpoint: str | None = None, warn: Log = print) -> ApiReport:
+             python: str | None = None, endpoint: str | None = None,
+             warn: Log = print) -> ApiReport:
     """`kbuild api-diff`: the build's API against branch v<version> (or [general.hub] branch)."""
     from ..core import manifest as manifest_mod
     from ..core.layout import Layout

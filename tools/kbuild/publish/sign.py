@@ -114,9 +114,10 @@ def trust_config(path: Path | None, staging: bool = False) -> "ClientTrustConfig
             config = ClientTrustConfig.from_json(text)
             _ = config.trusted_root, config.signing_config  # both are parsed on first use
         except Exception as exc:  # a file of the wrong shape: pydantic, JSON, sigstore errors
-            raise BuildError(f"not a Sigstore client trust config: {_one_line(exc)}", file=path,
-                             hint="a ClientTrustConfig JSON (media type "
-                                  "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json)") from None
+            raise BuildError(
+                f"not a Sigstore client trust config: {_one_line(exc)}", file=path,
+                hint="a ClientTrustConfig JSON (media type "
+                     "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json)") from None
         return config
     try:
         return ClientTrustConfig.staging() if staging else ClientTrustConfig.production()
@@ -137,14 +138,16 @@ def identity_token() -> "IdentityToken":
             raise BuildError("this GitHub Actions job may not request an OIDC token (its workflow "
                              "lacks `permissions: id-token: write`), so it cannot sign: give that "
                              "permission to the one job that signs and uploads") from None
-        raise BuildError(f"the CI job's OIDC credential could not be read: {_one_line(exc)}") from None
+        raise BuildError("the CI job's OIDC credential could not be read: "
+                         f"{_one_line(exc)}") from None
     if raw is None:
         raise BuildError("no ambient OIDC credential to sign with (signing is keyless: it runs in "
                          "a CI job, e.g. a GitHub Actions job with `permissions: id-token: write`)")
     try:
         return IdentityToken(raw)
     except IdentityError as exc:
-        raise BuildError(f"the CI job's OIDC token is not usable for Sigstore: {_one_line(exc)}") from None
+        raise BuildError("the CI job's OIDC token is not usable for Sigstore: "
+                         f"{_one_line(exc)}") from None
 
 
 def sign_variants(variants: list[BuiltVariant], options: SigningOptions = SigningOptions(), *,
@@ -181,8 +184,8 @@ def sign_variants(variants: list[BuiltVariant], options: SigningOptions = Signin
                              "no signature was written") from None
     for v, data, bundle in signed:
         if (v.path / METADATA).read_bytes() != data:
-            raise BuildError("metadata.json changed while it was being signed", file=v.path / METADATA,
-                             hint="run it again once the build is done")
+            raise BuildError("metadata.json changed while it was being signed",
+                             file=v.path / METADATA, hint="run it again once the build is done")
     for v, _, bundle in signed:
         tmp = v.path / f".{SIGNATURE}.tmp"
         tmp.write_text(bundle, encoding="utf-8")

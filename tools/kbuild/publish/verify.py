@@ -45,7 +45,8 @@ class TrustedSigners:
 
 def workflow_uri(repository: str, spec: str, *, file: Path | None = None, key: str) -> str:
     """A workflow as a full URI; `.github/workflows/FILE@REF` is taken as `repository`'s."""
-    uri = spec if spec.startswith("https://") else f"https://github.com/{repository}/{spec.lstrip('/')}"
+    uri = (spec if spec.startswith("https://")
+           else f"https://github.com/{repository}/{spec.lstrip('/')}")
     if not WORKFLOW.fullmatch(uri):
         raise BuildError(f"{spec!r} is not a workflow of the form "
                          ".github/workflows/FILE@refs/… (or its https://github.com/… URI)",
@@ -69,12 +70,15 @@ def trusted_signers(project: Path, repository: str | None, workflows: list[str])
         repository = repository or config.get("repository")
         workflows = workflows or config.get("workflows") or []
         if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
-            raise BuildError("must be a list of workflow strings", file=file, key=f"{CONFIG_KEY}.workflows")
+            raise BuildError("must be a list of workflow strings", file=file,
+                             key=f"{CONFIG_KEY}.workflows")
     if not isinstance(repository, str) or not REPOSITORY.fullmatch(repository):
         raise BuildError("no GitHub repository (OWNER/NAME) whose signatures to trust"
                          if repository is None else f"{repository!r} is not a GitHub OWNER/NAME",
-                         file=file, key="--repository" if file is None else f"{CONFIG_KEY}.repository",
-                         hint=f"pass --repository OWNER/NAME or set it in [{CONFIG_KEY}] of pixi.toml")
+                         file=file,
+                         key="--repository" if file is None else f"{CONFIG_KEY}.repository",
+                         hint="pass --repository OWNER/NAME or set it in "
+                              f"[{CONFIG_KEY}] of pixi.toml")
     if not workflows:
         raise BuildError("no signing workflow to trust", file=file,
                          key="--workflow" if file is None else f"{CONFIG_KEY}.workflows",

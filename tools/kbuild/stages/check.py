@@ -204,8 +204,8 @@ def signature_problems(built: BuiltVariant) -> list[Problem]:
     code = {INVALID: SIGNATURE_INVALID, STALE: SIGNATURE_STALE}.get(state.status)
     if code is None:
         return []
-    return [Problem(code, f"signature: metadata.json.sigstore {state.reason}"
-                    + ("; sign again (`kbuild sign`) or remove it" if code == SIGNATURE_STALE else ""))]
+    advice = "; sign again (`kbuild sign`) or remove it" if code == SIGNATURE_STALE else ""
+    return [Problem(code, f"signature: metadata.json.sigstore {state.reason}{advice}")]
 
 
 def layout_problems(built: BuiltVariant) -> list[Problem]:

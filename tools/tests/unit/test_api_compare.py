@@ -61,7 +61,8 @@ def test_op_schemas(new, ok):
 def test_compare_reports_additions_removals_and_changes_with_their_verdicts():
     def entry(fn, kind="function"):
         return {"kind": kind, "signature": str(inspect.signature(fn)), "params": params(fn)}
-    old = {"python": {"f": entry(f_base), "g": entry(f_base), "K": {"kind": "value", "type": "int"}},
+    old = {"python": {"f": entry(f_base), "g": entry(f_base),
+                      "K": {"kind": "value", "type": "int"}},
            "layers": {"Norm": entry(f_base, "layer")},
            "ops": {"f": "f(Tensor x) -> ()", "g": "g(Tensor x) -> ()"}}
     new = {"python": {"f": entry(f_default_added), "h": entry(f_base),

@@ -106,8 +106,8 @@ def public_api(module, namespace):
     their schemas (the namespace itself, which holds the build id, left out)."""
     import torch
 
-    python = {name: _describe(getattr(module, name)) if hasattr(module, name) else {"kind": "missing"}
-              for name in _public(module)}
+    python = {name: _describe(getattr(module, name)) if hasattr(module, name)
+              else {"kind": "missing"} for name in _public(module)}
     layers = {}
     submodule = getattr(module, "layers", None)
     if inspect.ismodule(submodule):
