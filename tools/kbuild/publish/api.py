@@ -193,12 +193,15 @@ def api_report(hub: HubClient, branch: str, variants: list[BuiltVariant], *,
             theirs, _ = BuiltVariant.read(Path(tmp) / "build" / v.name)
             new = probe_load(v.path, python, v.metadata.id or "")
             old = probe_load(theirs.path, python, theirs.metadata.id or "") if theirs else None
-            if not new["loadable"] or old is None or not old["loadable"] or not new.get("api"):
+            if not new["loadable"] or old is None or not old["loadable"]:
                 why = new["reason"] if not new["loadable"] else (
                     old["reason"] if old else f"the {branch} copy has no readable metadata.json")
                 report.notes.append(f"{v.name}: API not compared: cannot load it here ({why})")
-                continue
-            report.changes += compare(v.name, old.get("api") or {}, new["api"])
+            elif not new.get("api") or not old.get("api"):
+                report.notes.append(f"{v.name}: API not compared: its load did not report it "
+                                    f"({new.get('api_error') or old.get('api_error') or 'unknown'})")
+            else:
+                report.changes += compare(v.name, old["api"], new["api"])
     return report
 
 

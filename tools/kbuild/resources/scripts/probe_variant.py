@@ -157,7 +157,10 @@ def probe(variant: Path) -> dict:
                 result["reason"] = f"module imported as {module.__name__}, not {meta['id']}"
             else:
                 result["loadable"] = True
-                result["api"] = public_api(module, meta["id"])
+                try:  # reading the API never fails the load
+                    result["api"] = public_api(module, meta["id"])
+                except Exception as exc:
+                    result["api_error"] = f"{type(exc).__name__}: {exc}"
                 result["files"] = dependencies(variant, looked_up)
     except Exception as exc:  # reported as a check failure
         result["reason"] = f"{type(exc).__name__}: {exc}"
