@@ -27,8 +27,9 @@ from .sign import SignerIdentity, _one_line, trust_config
 
 Log = Callable[[str], None]
 CONFIG_KEY = "tool.kbuild.signing"
-REPOSITORY = re.compile(r"[\w.-]+/[\w.-]+")
-WORKFLOW = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/\.github/workflows/[^@\s/]+@refs/\S+")
+REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?$)[\w.-]+")  # GitHub's OWNER/NAME
+WORKFLOW = re.compile(r"https://github\.com/[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?/)[\w.-]+"
+                      r"/\.github/workflows/[^@\s/]+@refs/\S+")
 
 
 @dataclass(frozen=True)
