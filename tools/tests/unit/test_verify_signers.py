@@ -17,13 +17,13 @@ def pixi(tmp_path, table: str):
 
 
 def test_from_pixi_toml(tmp_path):
+    other = "https://github.com/my-org/my-kernel/.github/workflows/x.yml@refs/heads/main"
     project = pixi(tmp_path, '[tool.kbuild.signing]\nrepository = "my-org/my-kernel"\n'
                              'workflows = [".github/workflows/build-variants.yml@refs/tags/v1.0.0",'
-                             ' "https://github.com/my-org/my-kernel/.github/workflows/x.yml@refs/heads/main"]\n')
+                             f' "{other}"]\n')
     signers = trusted_signers(project, None, [])
     assert signers.repository == "my-org/my-kernel"
-    assert signers.workflows == (URI, "https://github.com/my-org/my-kernel/.github/workflows/"
-                                      "x.yml@refs/heads/main")
+    assert signers.workflows == (URI, other)
     policy = signers.policy()
     assert policy.repo_id == "my-org/my-kernel" and policy.signer_uris == list(signers.workflows)
 
@@ -41,11 +41,12 @@ def test_options_win_over_the_file(tmp_path):
     ('[tool.kbuild.signing]\nrepository = "my-org/my-kernel"\n', "tool.kbuild.signing.workflows"),
     ('[tool.kbuild.signing]\nrepository = "../x"\nworkflows = ["w"]\n',
      "tool.kbuild.signing.repository"),
-    ('[tool.kbuild.signing]\nrepository = "a/b"\nworkflows = "w"\n', "tool.kbuild.signing.workflows"),
+    ('[tool.kbuild.signing]\nrepository = "a/b"\nworkflows = "w"\n',
+     "tool.kbuild.signing.workflows"),
     ('[tool.kbuild.signing]\nrepository = "a/b"\nworkflows = [".github/workflows/w.yml"]\n',
      "tool.kbuild.signing.workflows"),  # no ref
-    ('[tool.kbuild.signing]\nrepository = "a/b"\nworkflows = ["https://evil.example/w.yml@refs/x"]\n',
-     "tool.kbuild.signing.workflows"),
+    ('[tool.kbuild.signing]\nrepository = "a/b"\n'
+     'workflows = ["https://evil.example/w.yml@refs/x"]\n', "tool.kbuild.signing.workflows"),
     ("[tool.kbuild]\nsigning = 3\n", "tool.kbuild.signing"),
 ])
 def test_bad_configuration_is_one_error_naming_the_key(tmp_path, table, key):
