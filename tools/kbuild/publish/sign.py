@@ -31,7 +31,7 @@ _OID = "1.3.6.1.4.1.57264.1."  # Fulcio's certificate extensions
 ISSUER_V1, ISSUER_V2, BUILD_SIGNER_URI, SOURCE_REPOSITORY_URI = "1", "8", "9", "12"
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """An exception as one line; a pydantic error as its first problem."""
     errors = getattr(exc, "errors", None)
     if callable(errors):
@@ -115,7 +115,7 @@ def trust_config(path: Path | None, staging: bool = False) -> "ClientTrustConfig
             _ = config.trusted_root, config.signing_config  # both are parsed on first use
         except Exception as exc:  # a file of the wrong shape: pydantic, JSON, sigstore errors
             raise BuildError(
-                f"not a Sigstore client trust config: {_one_line(exc)}", file=path,
+                f"not a Sigstore client trust config: {one_line(exc)}", file=path,
                 hint="a ClientTrustConfig JSON (media type "
                      "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json)") from None
         return config
@@ -123,7 +123,7 @@ def trust_config(path: Path | None, staging: bool = False) -> "ClientTrustConfig
         return ClientTrustConfig.staging() if staging else ClientTrustConfig.production()
     except TUFError as exc:
         raise BuildError(f"cannot refresh Sigstore's trust root from its TUF repository "
-                         f"({_one_line(exc.__cause__ or exc)}); nothing was signed") from None
+                         f"({one_line(exc.__cause__ or exc)}); nothing was signed") from None
 
 
 def identity_token() -> "IdentityToken":
@@ -139,7 +139,7 @@ def identity_token() -> "IdentityToken":
                              "lacks `permissions: id-token: write`), so it cannot sign: give that "
                              "permission to the one job that signs and uploads") from None
         raise BuildError("the CI job's OIDC credential could not be read: "
-                         f"{_one_line(exc)}") from None
+                         f"{one_line(exc)}") from None
     if raw is None:
         raise BuildError("no ambient OIDC credential to sign with (signing is keyless: it runs in "
                          "a CI job, e.g. a GitHub Actions job with `permissions: id-token: write`)")
@@ -147,7 +147,7 @@ def identity_token() -> "IdentityToken":
         return IdentityToken(raw)
     except IdentityError as exc:
         raise BuildError("the CI job's OIDC token is not usable for Sigstore: "
-                         f"{_one_line(exc)}") from None
+                         f"{one_line(exc)}") from None
 
 
 def sign_variants(variants: list[BuiltVariant], options: SigningOptions = SigningOptions(), *,
@@ -173,14 +173,14 @@ def sign_variants(variants: list[BuiltVariant], options: SigningOptions = Signin
     except (BuildError, OSError):
         raise
     except Exception as exc:  # Fulcio, Rekor, the network, an expired token: one line each
-        raise BuildError(f"signing failed: {_one_line(exc)}; no signature was written") from None
+        raise BuildError(f"signing failed: {one_line(exc)}; no signature was written") from None
     identity = SignerIdentity.of(Bundle.from_json(signed[0][2]).signing_certificate)
     verifier = Verifier(trusted_root=config.trusted_root)
     for v, data, bundle in signed:
         try:
             verifier.verify_artifact(data, Bundle.from_json(bundle), identity.policy())
         except Exception as exc:  # a Sigstore instance that signs what it cannot verify
-            raise BuildError(f"the new signature of {v.name} does not verify: {_one_line(exc)}; "
+            raise BuildError(f"the new signature of {v.name} does not verify: {one_line(exc)}; "
                              "no signature was written") from None
     for v, data, bundle in signed:
         if (v.path / METADATA).read_bytes() != data:

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..core.errors import BuildError
 from ..core.layout import METADATA, PIXI_TOML, SIGNATURE
-from .sign import SignerIdentity, _one_line, trust_config
+from .sign import SignerIdentity, one_line, trust_config
 
 Log = Callable[[str], None]
 CONFIG_KEY = "tool.kbuild.signing"
@@ -116,7 +116,7 @@ def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool 
                     else Verifier.production(offline=offline))
     except TUFError as exc:
         raise BuildError(f"cannot reach Sigstore's TUF repository to refresh the trusted root "
-                         f"({_one_line(exc.__cause__ or exc)}); pass --offline to verify against "
+                         f"({one_line(exc.__cause__ or exc)}); pass --offline to verify against "
                          f"the root in sigstore {__version__}'s cache (first the one its wheel "
                          "embeds)") from None
 
@@ -135,7 +135,7 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
     try:
         bundle = Bundle.from_json(bundle_path.read_bytes())
     except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
-        return f"invalid signature bundle: {_one_line(exc)}"
+        return f"invalid signature bundle: {one_line(exc)}"
     from sigstore.verify.policy import UnsafeNoOp
     signer = SignerIdentity.of(bundle.signing_certificate)
     try:
@@ -145,7 +145,7 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
             with _quiet_sigstore():
                 verifier_.verify_artifact(data, bundle, UnsafeNoOp())
         except VerificationError:
-            return f"signature verification failed: {_one_line(exc)}"
+            return f"signature verification failed: {one_line(exc)}"
         return (f"signature verification failed: signed by {signer.describe()}, which is not a "
                 "trusted signer here")
     return signer
@@ -166,7 +166,7 @@ def verify_variant(variant: Path, verifier_, policy) -> Verdict:
     try:  # only now, as the loader: the metadata's bytes are the signed ones
         metadata = Metadata.from_bytes(data)
     except (OSError, ValueError) as exc:
-        return Verdict(name, False, f"invalid metadata: {_one_line(exc)}")
+        return Verdict(name, False, f"invalid metadata: {one_line(exc)}")
     if metadata.digest is None:
         return Verdict(name, False, "metadata.json has no digest")
     try:
