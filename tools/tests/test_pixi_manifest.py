@@ -197,6 +197,30 @@ def test_workflow_fans_out_the_matrix():
     assert any(s.get("uses", "").startswith("mozilla-actions/sccache-action@") for s in build["steps"])
 
 
+def test_only_the_job_that_uploads_may_request_an_oidc_token_and_it_signs():
+    import yaml
+
+    flow = yaml.safe_load(WORKFLOW.read_text())
+    assert flow["permissions"] == {"contents": "read"}  # the default of every other job
+    uploading = [name for name, job in flow["jobs"].items()
+                 if any("kbuild upload" in s.get("run", "") for s in job["steps"])]
+    assert uploading == ["upload"]
+    for name, job in flow["jobs"].items():
+        granted = (job.get("permissions") or {}).get("id-token")
+        assert granted == ("write" if name == "upload" else None), name
+    job = flow["jobs"]["upload"]
+    (step,) = [s for s in job["steps"] if "kbuild upload" in s.get("run", "")]
+    # in pixi's default environment: a torch, so the variants of that torch load again
+    assert shlex.split(step["run"]) == ["pixi", "run", "kbuild", "upload", ".", "--sign"]
+    assert any(s.get("with", {}).get("environments") == "default" for s in job["steps"])
+    assert step["env"] == {"HF_TOKEN": "${{ secrets.HF_TOKEN }}"}
+    # after every build and the assembled check passed, on tags or when asked
+    assert set(job["needs"]) == {"build", "assemble"}
+    assert "needs.build.result == 'success'" in job["if"] and "refs/tags/v" in job["if"]
+    assert any(s.get("with", {}).get("name") == "build" for s in job["steps"]
+               if s.get("uses", "").startswith("actions/download-artifact@"))
+
+
 def test_lock_workflow_checks_locks_and_runs_pixi_lock():
     text = (WORKFLOWS / "locks.yml").read_text()
     assert "kbuild lock --check" in text and "pull_request" in text

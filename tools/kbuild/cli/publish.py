@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .app import ProjectArg, app, log, warn
+from .signing import StagingOpt, TrustConfigOpt
 
 
 @app.command()
@@ -34,12 +35,27 @@ def upload(
         "--allow-dirty", help="Upload even if the project or a variant has uncommitted changes.")] = False,
     private: Annotated[bool, typer.Option(
         "--private", help="Create the repo as private (when it does not exist yet).")] = False,
+    sign: Annotated[bool, typer.Option(
+        "--sign", help="Sign each variant (Sigstore, keyless: in CI) after the checks, before "
+                       "the first write.")] = False,
+    require_signature: Annotated[bool, typer.Option(
+        "--require-signature", help="Refuse variants whose metadata.json is not signed as it "
+                                    "is now.")] = False,
+    trust_config: TrustConfigOpt = None,
+    staging: StagingOpt = False,
+    allow_api_change: Annotated[bool, typer.Option(
+        "--allow-api-change", help="Upload even if a public name or op of this version is "
+                                   "removed or changed incompatibly.")] = False,
 ) -> None:
     """Upload the checked variants of build/ to branch v<version> of a Hub kernel repo."""
+    from ..publish.sign import SigningOptions
     from ..publish.upload import UploadOptions, upload
     options = UploadOptions(repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
                             dry_run=dry_run, allow_dirty=allow_dirty, private=private,
-                            output_json=output_json, branch=branch)
+                            output_json=output_json, branch=branch, sign=sign,
+                            require_signature=require_signature,
+                            signing=SigningOptions(trust_config=trust_config, staging=staging),
+                            allow_api_change=allow_api_change)
     upload(project, options, log=log, warn=warn)
 
 @app.command("to-wheel")

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
-from .layout import METADATA
+from .layout import METADATA, SIGNATURE
 from .metadata import MetadataProblem, VariantMetadata, parse
 
 # Files the digest does not cover: the metadata that holds it, and its signature.
-DIGEST_EXCLUDED = {METADATA, "metadata.json.sigstore"}
+DIGEST_EXCLUDED = {METADATA, SIGNATURE}
 
 
 def _bytecode(rel: Path) -> bool:

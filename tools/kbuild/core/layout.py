@@ -2,7 +2,8 @@
 
     PROJECT/build.toml              the manifest
     PROJECT/pixi.toml               the environment matrix (optional)
-    PROJECT/build/<variant>/        built variants (`metadata.json` marks one)
+    PROJECT/build/<variant>/        built variants (`metadata.json` marks one; its signature
+                                    `metadata.json.sigstore` beside it once signed)
     PROJECT/compile_commands.json   the last build's compile commands (for clangd, VS Code)
     PROJECT/.kbuild/                everything generated (removed by `kbuild clean`):
         <variant>/                  generated build files, cmake-build/, build.log
@@ -24,6 +25,7 @@ from pathlib import Path
 MANIFEST = "build.toml"
 PIXI_TOML = "pixi.toml"
 METADATA = "metadata.json"
+SIGNATURE = "metadata.json.sigstore"  # the Sigstore bundle of metadata.json's bytes
 BUILD_DIR = "build"
 WORK_DIR = ".kbuild"
 TORCH_EXT = "torch-ext"

@@ -8,7 +8,9 @@ What lands where (the reference uploader's layout):
   generated card (`card.py`), in a separate commit.
 
 Everything that can be known to fail is checked before the first write: the variants, the
-endpoint, the token (valid, not read-only), the refs, and an existing `--tag`. The token
+endpoint, the token (valid, not read-only), the signatures (`--require-signature`), the public API
+against the branch (`api.py`), the refs, and an existing `--tag`. `--sign` signs after the
+variants' checks and the API guard, before the first write (`sign.py`). The token
 (HF_TOKEN or `hf auth login`) and URL credentials are never printed (`hub.Scrub`).
 """
 
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.check import BYTECODE, check_variant, variant_dirs
+from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant, variant_dirs
 from ..stages.frameworks import not_made_by
 from ..stages.plan import input_files
 from ..core import gitinfo
@@ -30,8 +32,10 @@ from ..core.errors import BuildError
 from ..core.metadata import KernelGit, VariantMetadata
 from ..core.layout import MANIFEST, METADATA, Layout
 from ..core.runner import capture
+from . import api
 from .card import card_text
 from .hub import REPO_TYPE, HubClient, check_client, check_endpoint
+from .sign import SigningOptions, require_signed, sign_variants
 from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
 
 MAIN = "main"
@@ -84,9 +88,11 @@ class UploadResult:
 
 def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manifest, *,
                     allow_dirty: bool, load: bool = True, python: str | None = None,
-                    log: Log = _silent, warn: Log = _silent
+                    log: Log = _silent, warn: Log = _silent, resign: bool = False
                     ) -> tuple[list[BuiltVariant], dict[str, list[str]]]:
-    """The variants to upload and the skipped ones with their reasons; refuses bad folders."""
+    """The variants to upload and the skipped ones with their reasons; refuses bad folders.
+    With `resign` (upload --sign) a stale or unreadable signature is no reason to skip: it is
+    replaced."""
     general = manifest.general
     if not build_dir.is_dir() or not variant_dirs(build_dir):
         raise BuildError("no variants to upload", file=build_dir, hint="run `kbuild build` first")
@@ -129,7 +135,8 @@ def select_variants(project: Path, build_dir: Path, manifest: manifest_mod.Manif
             warn(f"skipping {d.name}: " + skipped[d.name][0])
             continue
         report = check_variant(d, python=python, load=load)
-        problems = [p for p in report.problems if p.code != BYTECODE]
+        problems = [p for p in report.problems
+                    if p.code != BYTECODE and not (resign and p.code in SIGNATURE_CODES)]
         notes = list(report.notes)  # e.g. "not loadable on this machine" for a CUDA variant
         if problems:
             skipped[d.name] = problems
@@ -208,6 +215,10 @@ class UploadOptions:
     retries: int = 4
     backoff: float = 0.5
     output_json: Path | None = None
+    sign: bool = False               # sign each variant's metadata.json before the first write
+    require_signature: bool = False  # refuse variants without a current signature
+    signing: SigningOptions = SigningOptions()
+    allow_api_change: bool = False   # upload even if the public API of this version breaks
     branch: str | None = None        # default: build.toml [general.hub] branch, else v<version>
 
 
@@ -255,7 +266,17 @@ def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log 
         _check_write_access(hub)  # a wrong token fails in a second, before the load checks
 
     variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=o.allow_dirty,
-                                        load=o.load, python=o.python, log=log, warn=warn)
+                                        load=o.load, python=o.python, log=log, warn=warn,
+                                        resign=o.sign)
+    if o.require_signature and not o.sign:
+        require_signed(variants, skipped)
+    if o.load:  # the API is what the load reports (publish/api.py)
+        api.guard(api.api_report(hub, branch, variants, python=o.python), project=project,
+                  version=general.version, allow=o.allow_api_change, log=log, warn=warn)
+    if o.sign and not dry_run:  # after the checks, before the first write
+        sign_variants(variants, o.signing, log=log)
+    elif o.sign:
+        log(f"dry run: would sign {len(variants)} variant(s); no certificate is requested")
     to_upload = version_files(project, variants)
     readme, readme_source = card_text(project, manifest, repo_id, variants)
     if len(to_upload) > MAX_OPERATIONS:

@@ -13,6 +13,7 @@ from ..core.errors import BuildError
 from ..core.gitinfo import git_state
 from ..core.envstamp import environment_provenance
 from ..core.layout import METADATA
+from ..core.signature import drop_unless_current
 from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
                              LocalBuild, Provenance, SplitCompile, VariantMetadata)
 from . import cutlass
@@ -156,11 +157,14 @@ def same_content(a: Path, b: Path) -> bool:
 
 
 def install(staging: Path, build_dir: Path, name: str) -> bool:
-    """Moves `staging` to `build_dir/name` atomically; returns False when it was already there."""
+    """Moves `staging` to `build_dir/name` atomically; returns False when it was already there.
+    A replaced folder takes its signature with it; a kept one keeps its signature only while it
+    signs the metadata.json there (never a stale one left behind)."""
     build_dir.mkdir(parents=True, exist_ok=True)
     target = build_dir / name
     if target.exists() and same_content(staging, target):
         shutil.rmtree(staging)
+        drop_unless_current(target)
         return False
     if target.exists():
         trash = staging.with_name(staging.name + ".old")

@@ -15,6 +15,7 @@ from ..core.backend import Backend
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.runner import Worker
+from ..core.signature import INVALID, STALE, signature_state
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
 from . import binary, probe_memo
@@ -47,6 +48,9 @@ BYTECODE = "layout.bytecode"
 LOCAL_BUILD = "metadata.local-build"
 # A release build split by KBUILD_NVCC_SPLIT: its kernels may run slower; never published either.
 SPLIT_BUILD = "metadata.split-build"
+# metadata.json.sigstore that does not parse, or signs other bytes: `upload --sign` replaces it.
+SIGNATURE_INVALID, SIGNATURE_STALE = "signature.invalid", "signature.stale"
+SIGNATURE_CODES = (SIGNATURE_INVALID, SIGNATURE_STALE)
 
 
 @dataclass
@@ -199,6 +203,16 @@ def digest_problems(built: BuiltVariant) -> list[Problem]:
     problems += [Problem("digest.file-changed", f"digest: {p} has changed since the build")
                  for p in sorted(expected.keys() & actual.keys()) if expected[p] != actual[p]]
     return problems
+
+
+def signature_problems(built: BuiltVariant) -> list[Problem]:
+    """An unsigned variant is fine; a signature the loader would refuse is not."""
+    state = signature_state(built.path)
+    code = {INVALID: SIGNATURE_INVALID, STALE: SIGNATURE_STALE}.get(state.status)
+    if code is None:
+        return []
+    advice = "; sign again (`kbuild sign`) or remove it" if code == SIGNATURE_STALE else ""
+    return [Problem(code, f"signature: metadata.json.sigstore {state.reason}{advice}")]
 
 
 def layout_problems(built: BuiltVariant) -> list[Problem]:
@@ -366,12 +380,13 @@ def probe_load(variant: Path, python: str | None, kid: str) -> dict:
     python = python or sys.executable
     before = probe_memo.snapshot(variant)
     memo_key = probe_memo.key(variant, python)
-    ops = probe_memo.recall(memo_key)
-    if ops is not None:
-        return {"loadable": True, "reason": "", "ops": ops, "remembered": True}
+    memo = probe_memo.recall(memo_key)
+    if memo is not None:
+        return {"loadable": True, "reason": "", **memo, "remembered": True}
     result = PROBERS.probe(variant, python, kid)
     if result["loadable"]:
-        probe_memo.remember(memo_key, before, variant, result["ops"], result.get("files", []))
+        probe_memo.remember(memo_key, before, variant, result["ops"], result.get("files", []),
+                            result.get("api"))
     return result
 
 
@@ -389,13 +404,15 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
     report.problems += digest_problems(built)
     report.problems += layout_problems(built)
     report.problems += import_problems(built)
+    report.problems += signature_problems(built)
     for so in sorted(built.path.rglob("*.so")):
         report.problems += abi_problems(so)
         report.problems += variant_code_problems(built, so)
         report.problems += name_problems(built, so)
-    # Bytecode does not ship and the load does not read it, and a local build is loaded to be
-    # used here: neither excuses the load.
-    if load and all(p.code in (BYTECODE, LOCAL_BUILD, SPLIT_BUILD) for p in report.problems):
+    # Bytecode does not ship and the load does not read it, a local (or split) build is loaded
+    # to be used here, and the load does not read the signature: none excuses the load.
+    if load and all(p.code in (BYTECODE, LOCAL_BUILD, SPLIT_BUILD, *SIGNATURE_CODES)
+                    for p in report.problems):
         result = probe_load(built.path, python, built.metadata.id or "")
         if result["loadable"]:
             report.loaded = True

@@ -6,8 +6,9 @@ $KBUILD_CACHE_DIR/probed/ so that checking the same files again does not import 
   (resources/scripts/loader_identity.py: its path, version and module path, and torch, kernels
   and huggingface_hub with a fingerprint of their installed files), and the loader's
   environment variables.
-- Memo (written after a successful load): the ops, and the files the load depended on outside
-  the folder as the probe interpreter found them after the import (the file of every module in
+- Memo (written after a successful load): the ops, the public API, and the files the load
+  depended on outside the folder as the probe interpreter found them after the import (the file
+  of every module in
   `sys.modules`, every file it mapped: shared libraries, every module `kernels` looked up for
   `python-depends`), named by a list in `probed/files-<sha256>` and held as the sha256 of each
   one's (inode, size, mtime). A memo is used only while each of those files still has them; a
@@ -113,15 +114,15 @@ def _file_list(name: object) -> list[str] | None:
     return paths if ok else None
 
 
-def recall(memo_key: str | None) -> list[str] | None:
-    """The ops of the remembered load of `memo_key`, while every file it depended on is as it
-    was; None otherwise."""
+def recall(memo_key: str | None) -> dict | None:
+    """{"ops", "api"} of the remembered load of `memo_key`, while every file it depended on is
+    as it was; None otherwise (a memo without the API, from an older kbuild, included)."""
     if memo_key is None:
         return None
     text = deps.read_memo(deps.memo_file(FOLDER, memo_key))
     try:
         memo = json.loads(text) if text is not None else None
-        ops, files, state = memo["ops"], memo["files"], memo["state"]
+        ops, api, files, state = memo["ops"], memo["api"], memo["files"], memo["state"]
     except (ValueError, KeyError, TypeError):
         return None
     paths = _file_list(files)
@@ -129,11 +130,13 @@ def recall(memo_key: str | None) -> list[str] | None:
         return None
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         return None
-    return ops
+    if not isinstance(api, dict):
+        return None
+    return {"ops": ops, "api": api}
 
 
 def remember(memo_key: str | None, before: list, variant: Path, ops: list[str],
-             files: list[str]) -> bool:
+             files: list[str], api: dict | None = None) -> bool:
     """Writes the memo of a successful load, unless the folder changed since `before` (its
     snapshot when the key was made); whether it was written."""
     if memo_key is None or snapshot(variant) != before:
@@ -143,6 +146,6 @@ def remember(memo_key: str | None, before: list, variant: Path, ops: list[str],
     name = "files-" + hashlib.sha256(listing.encode()).hexdigest()
     if _file_list(name) != paths:
         deps.write_memo(deps.memo_file(FOLDER, name), listing)
-    memo = json.dumps({"ops": ops, "files": name, "state": file_state(paths)})
+    memo = json.dumps({"ops": ops, "api": api or {}, "files": name, "state": file_state(paths)})
     deps.write_memo(deps.memo_file(FOLDER, memo_key), memo)
     return True

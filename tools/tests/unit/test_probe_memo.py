@@ -21,6 +21,8 @@ from kbuild.core.errors import BuildError
 from kbuild.stages import check, probe_memo
 
 OLD = 10**18  # installed files predate the check (ns since the epoch: 2001)
+API = {"python": {"img2gray": {"kind": "function", "signature": "(x)"}}, "layers": {},
+       "ops": {"img2gray": "img2gray(Tensor x) -> ()"}}  # remembered with the load
 
 
 class Probe:
@@ -38,7 +40,7 @@ class Probe:
             self.during(variant)
         if (variant / "x.so").read_bytes() == b"bad":
             return {"loadable": False, "reason": "undefined symbol: f", "ops": []}
-        return {"loadable": True, "reason": "", "ops": ["img2gray"],
+        return {"loadable": True, "reason": "", "ops": ["img2gray"], "api": API,
                 "files": [str(f) for f in self.files]}
 
 
@@ -77,7 +79,8 @@ def test_a_success_is_remembered_for_the_same_files_anywhere(probes, tmp_path):
     first = load(variant(tmp_path / "a"))
     assert first["loadable"] and not first.get("remembered") and len(probes.asked) == 1
     copy = load(variant(tmp_path / "b"))  # the same bytes and name in another folder
-    assert copy == {"loadable": True, "reason": "", "ops": ["img2gray"], "remembered": True}
+    assert copy == {"loadable": True, "reason": "", "ops": ["img2gray"], "api": API,
+                    "remembered": True}
     assert len(probes.asked) == 1
 
 

@@ -2,10 +2,11 @@
 `kernels` loader load this variant here? Answers each variant path read from stdin with one line
 `KBUILD-PROBE <json>`; torch and kernels are imported once. A load neither reads nor writes
 bytecode in the variant (it loads what ships), and a success lists the files outside the variant
-it depended on (stages/probe_memo.py)."""
+it depended on (stages/probe_memo.py) and the variant's public API (publish/api.py)."""
 
 import atexit
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -59,6 +60,71 @@ def dependencies(variant, looked_up):
     return sorted(f for f in real if not f.startswith(inside))
 
 
+def _signature(obj):
+    """{"signature": text, "params": [[name, kind, has default], ...]} of a callable (None:
+    not introspectable, e.g. a builtin without a text signature)."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    params = [[p.name, p.kind.name, p.default is not inspect.Parameter.empty]
+              for p in sig.parameters.values()]
+    return {"signature": str(sig), "params": params}
+
+
+def _describe(obj):
+    if inspect.isclass(obj):
+        return {"kind": "class", **(_signature(obj) or {})}
+    if inspect.ismodule(obj):
+        return {"kind": "module"}
+    if callable(obj):
+        return {"kind": "function", **(_signature(obj) or {})}
+    return {"kind": "value", "type": type(obj).__name__}
+
+
+def _public(module, only_classes=False):
+    """The module's public names: `__all__`, else what the package itself defines."""
+    names = getattr(module, "__all__", None)
+    if names is not None:
+        return [str(n) for n in names]
+    package = module.__name__.split(".")[0]
+    out = []
+    for name in dir(module):
+        obj = getattr(module, name, None)
+        if name.startswith("_") or inspect.ismodule(obj):
+            continue
+        if only_classes and not inspect.isclass(obj):
+            continue
+        if (getattr(obj, "__module__", None) or "").split(".")[0] == package:
+            out.append(name)
+    return out
+
+
+def public_api(module, namespace):
+    """What users of the kernel call: the package's public names with their signatures, the
+    layer classes (`layers`) with their `forward`, and the ops registered in its namespace with
+    their schemas (the namespace itself, which holds the build id, left out)."""
+    import torch
+
+    python = {name: _describe(getattr(module, name)) if hasattr(module, name)
+              else {"kind": "missing"} for name in _public(module)}
+    layers = {}
+    submodule = getattr(module, "layers", None)
+    if inspect.ismodule(submodule):
+        for name in _public(submodule, only_classes=True):
+            cls = getattr(submodule, name, None)
+            if inspect.isclass(cls):
+                forward = getattr(cls, "forward", None)
+                layers[name] = {"kind": "layer", **((_signature(forward) or {}) if forward else {})}
+    ops = {}
+    for full in torch._C._dispatch_get_all_op_names():
+        if full.startswith(namespace + "::"):
+            name, _, overload = full.partition(".")
+            schema = torch._C._dispatch_find_schema_or_throw(name, overload).schema()
+            ops[full.removeprefix(namespace + "::")] = str(schema).removeprefix(namespace + "::")
+    return {"python": python, "layers": layers, "ops": ops}
+
+
 def probe(variant: Path) -> dict:
     result = {"loadable": False, "reason": "", "ops": []}
     try:
@@ -91,6 +157,10 @@ def probe(variant: Path) -> dict:
                 result["reason"] = f"module imported as {module.__name__}, not {meta['id']}"
             else:
                 result["loadable"] = True
+                try:  # reading the API never fails the load
+                    result["api"] = public_api(module, meta["id"])
+                except Exception as exc:
+                    result["api_error"] = f"{type(exc).__name__}: {exc}"
                 result["files"] = dependencies(variant, looked_up)
     except Exception as exc:  # reported as a check failure
         result["reason"] = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,222 @@
+"""Verification as the `kernels` loader does it (`kbuild verify`), for the author's own signers.
+
+`kernels.verify.verify_variant` (kernels 0.17.2) checks `metadata.json.sigstore` over the exact
+bytes of `metadata.json` with sigstore's `Verifier` and a policy, then re-hashes the variant's
+files against the digest inside. It always takes `Verifier.production()` (a TUF refresh over the
+network) and, by default, trusts only kernels-community's workflows. This runs the same steps
+with the loader's own classes (`GitHubWorkflowPolicy`, `Metadata`, `Digest`) but with the trusted
+root chosen here (`--offline`: the one in sigstore's TUF cache, which starts as the root its
+wheel embeds; `--trust-config`; `--staging`) and a policy for the author's repository and
+workflows, from options or `[tool.kbuild.signing]` in the project's pixi.toml (never build.toml:
+upstream's parser refuses keys it does not know).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..core.errors import BuildError
+from ..core.layout import METADATA, PIXI_TOML, SIGNATURE
+from .sign import SignerIdentity, one_line, trust_config
+
+Log = Callable[[str], None]
+CONFIG_KEY = "tool.kbuild.signing"
+REPOSITORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?$)[\w.-]+")  # GitHub's OWNER/NAME
+WORKFLOW = re.compile(r"https://github\.com/[A-Za-z0-9][A-Za-z0-9-]*/(?!\.\.?/)[\w.-]+"
+                      r"/\.github/workflows/[^@\s/]+@refs/\S+")
+
+
+@dataclass(frozen=True)
+class TrustedSigners:
+    """The GitHub repository and the workflow URIs (`…/.github/workflows/FILE@REF`) trusted."""
+
+    repository: str
+    workflows: tuple[str, ...]
+
+    def policy(self):
+        from kernels.verify import GitHubWorkflowPolicy
+        return GitHubWorkflowPolicy(repo_id=self.repository, signer_uris=list(self.workflows))
+
+
+def workflow_uri(repository: str, spec: str, *, file: Path | None = None, key: str) -> str:
+    """A workflow as a full URI; `.github/workflows/FILE@REF` is taken as `repository`'s."""
+    uri = (spec if spec.startswith("https://")
+           else f"https://github.com/{repository}/{spec.lstrip('/')}")
+    if not WORKFLOW.fullmatch(uri):
+        raise BuildError(f"{spec!r} is not a workflow of the form "
+                         ".github/workflows/FILE@refs/… (or its https://github.com/… URI)",
+                         file=file, key=key,
+                         hint="e.g. .github/workflows/build-variants.yml@refs/heads/main")
+    return uri
+
+
+def trusted_signers(project: Path, repository: str | None, workflows: list[str]) -> TrustedSigners:
+    """From the options, else from `[tool.kbuild.signing]` in PROJECT/pixi.toml."""
+    file = None
+    if repository is None or not workflows:
+        file = project / PIXI_TOML
+        try:
+            table = tomllib.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise BuildError(f"not valid TOML: {exc}", file=file) from None
+        config = table.get("tool", {}).get("kbuild", {}).get("signing", {})
+        if not isinstance(config, dict):
+            raise BuildError("must be a table", file=file, key=CONFIG_KEY)
+        repository = repository or config.get("repository")
+        workflows = workflows or config.get("workflows") or []
+        if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
+            raise BuildError("must be a list of workflow strings", file=file,
+                             key=f"{CONFIG_KEY}.workflows")
+    if not isinstance(repository, str) or not REPOSITORY.fullmatch(repository):
+        raise BuildError("no GitHub repository (OWNER/NAME) whose signatures to trust"
+                         if repository is None else f"{repository!r} is not a GitHub OWNER/NAME",
+                         file=file,
+                         key="--repository" if file is None else f"{CONFIG_KEY}.repository",
+                         hint="pass --repository OWNER/NAME or set it in "
+                              f"[{CONFIG_KEY}] of pixi.toml")
+    if not workflows:
+        raise BuildError("no signing workflow to trust", file=file,
+                         key="--workflow" if file is None else f"{CONFIG_KEY}.workflows",
+                         hint="pass --workflow .github/workflows/FILE@REF (repeatable) or set "
+                              f"workflows in [{CONFIG_KEY}] of pixi.toml")
+    uris = tuple(workflow_uri(repository, w, file=file, key="--workflow" if file is None
+                              else f"{CONFIG_KEY}.workflows") for w in workflows)
+    return TrustedSigners(repository, uris)
+
+
+@contextmanager
+def _quiet_sigstore():
+    """sigstore's warnings (the offline mode asked for, the diagnosis below) are not ours."""
+    logger = logging.getLogger("sigstore")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool = False):
+    """sigstore's Verifier for the chosen trusted root; an unreachable TUF repository is one
+    error naming --offline."""
+    from sigstore import __version__
+    from sigstore.errors import TUFError
+    from sigstore.verify import Verifier
+    if trust is not None:
+        return Verifier(trusted_root=trust_config(trust, staging).trusted_root)
+    try:
+        with _quiet_sigstore():
+            return (Verifier.staging(offline=offline) if staging
+                    else Verifier.production(offline=offline))
+    except TUFError as exc:
+        raise BuildError(f"cannot reach Sigstore's TUF repository to refresh the trusted root "
+                         f"({one_line(exc.__cause__ or exc)}); pass --offline to verify against "
+                         f"the root in sigstore {__version__}'s cache (first the one its wheel "
+                         "embeds)") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    ok: bool
+    text: str
+
+
+def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | SignerIdentity:
+    """The signer's identity when the bundle at `bundle_path` verifies `data`, else why not."""
+    from sigstore.errors import VerificationError
+    from sigstore.models import Bundle
+    try:
+        bundle = Bundle.from_json(bundle_path.read_bytes())
+    except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
+        return f"invalid signature bundle: {one_line(exc)}"
+    from sigstore.verify.policy import UnsafeNoOp
+    signer = SignerIdentity.of(bundle.signing_certificate)
+    try:
+        verifier_.verify_artifact(data, bundle, policy)
+    except VerificationError as exc:
+        try:  # which part failed: the signature itself, or only who made it?
+            with _quiet_sigstore():
+                verifier_.verify_artifact(data, bundle, UnsafeNoOp())
+        except VerificationError:
+            return f"signature verification failed: {one_line(exc)}"
+        return (f"signature verification failed: signed by {signer.describe()}, which is not a "
+                "trusted signer here")
+    return signer
+
+
+def verify_variant(variant: Path, verifier_, policy) -> Verdict:
+    """kernels.verify.verify_variant's steps, in its order, with this verifier."""
+    from kernels._rust import Digest, DigestValidationError, Metadata
+    name = variant.name
+    if not (variant / SIGNATURE).is_file():
+        return Verdict(name, False, "not signed (no metadata.json.sigstore)")
+    if not (variant / METADATA).is_file():
+        return Verdict(name, False, "metadata.json is missing")
+    data = (variant / METADATA).read_bytes()
+    signer = _signature(data, variant / SIGNATURE, verifier_, policy)
+    if isinstance(signer, str):
+        return Verdict(name, False, signer)
+    try:  # only now, as the loader: the metadata's bytes are the signed ones
+        metadata = Metadata.from_bytes(data)
+    except (OSError, ValueError) as exc:
+        return Verdict(name, False, f"invalid metadata: {one_line(exc)}")
+    if metadata.digest is None:
+        return Verdict(name, False, "metadata.json has no digest")
+    try:
+        metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
+    except DigestValidationError as exc:
+        return Verdict(name, False, "files differ from the signed digest: "
+                       + "; ".join(str(v) for v in exc.violations))
+    return Verdict(name, True, f"signed by {signer.describe()}; every file matches the digest")
+
+
+def verify_file(path: Path, verifier_, policy) -> Verdict:
+    """Any file with its bundle beside it as `<file>.sigstore`."""
+    bundle = path.with_name(path.name + ".sigstore")
+    if not bundle.is_file():
+        return Verdict(path.name, False, f"not signed (no {bundle.name} beside it)")
+    signer = _signature(path.read_bytes(), bundle, verifier_, policy)
+    if isinstance(signer, str):
+        return Verdict(path.name, False, signer)
+    return Verdict(path.name, True, f"signed by {signer.describe()}")
+
+
+def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None = None,
+           version: int | None = None, offline: bool = False, trust: Path | None = None,
+           staging: bool = False, endpoint: str | None = None) -> list[Verdict]:
+    """The verdict on each variant of a build folder, a project's build/, one variant folder,
+    one signed file, or branch v<version> of a Hub kernel repo."""
+    from ..core.layout import BUILD_DIR, MANIFEST
+    from ..stages.check import variant_dirs
+    if repo_id is not None:
+        if target is not None:
+            raise BuildError("give either a folder or --repo-id, not both")
+        if version is None:
+            raise BuildError("--repo-id needs --version", hint="e.g. --version 1 for branch v1")
+        from .wheel import download_build
+        variants = variant_dirs(download_build(repo_id, version, endpoint=endpoint))
+        files: list[Path] = []
+    else:
+        target = (target or Path(".")).resolve()
+        if target.is_file():
+            variants, files = [], [target]
+        elif (target / METADATA).is_file():
+            variants, files = [target], []
+        else:
+            root = target / BUILD_DIR if (target / MANIFEST).is_file() else target
+            if not root.is_dir():
+                raise BuildError("nothing to verify here", file=root, hint="give a build folder, "
+                                 "a variant folder, a signed file or --repo-id with --version")
+            variants, files = variant_dirs(root), []
+    if not variants and not files:
+        raise BuildError("no variants to verify", file=target)
+    verifier_, policy = verifier(offline=offline, trust=trust, staging=staging), signers.policy()
+    return ([verify_variant(v, verifier_, policy) for v in variants]
+            + [verify_file(f, verifier_, policy) for f in files])
