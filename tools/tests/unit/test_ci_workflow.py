@@ -58,7 +58,9 @@ def test_the_workflow_builds_tests_on_a_gpu_runner_and_signs_only_where_it_uploa
     assert upload["if"] == "${{ needs.plan.outputs.mode == 'release' }}"
     assert upload["permissions"] == {"contents": "read", "id-token": "write"}
     assert [n for n, j in jobs.items() if "id-token" in j.get("permissions", {})] == ["upload"]
-    assert "kbuild upload . --sign" in "\n".join(s.get("run", "") for s in upload["steps"])
+    runs = "\n".join(s.get("run", "") for s in upload["steps"])
+    assert "kbuild upload . --sign" in runs
+    assert 'pip install "$KBUILD" torch' in runs  # upload loads (and compares) what it can
 
 
 def test_the_workflow_passes_actionlint(project):
