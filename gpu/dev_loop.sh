@@ -39,7 +39,7 @@ for spec in "${PROJECTS[@]}"; do
   [[ $spec == *:* ]] && limit=${spec#*:}
   log=$OUT/dev-$name.log
   start=$(date +%s.%N)
-  (cd "$WORK/src/$name" && timeout "$limit" python3 -m kbuild dev ${CAPS:+--cuda-capabilities "$CAPS"} \
+  (cd "$WORK/src/$name" && timeout -s INT "$limit" python3 -m kbuild dev ${CAPS:+--cuda-capabilities "$CAPS"} \
      -- -p no:cacheprovider "${ARGS[@]}") > "$log" 2>&1
   rc=$?
   seconds=$(python3 -c "import time; print(round(time.time() - $start, 1))")
