@@ -4,7 +4,7 @@ compile and slowest-first scheduling switched off, kernels-community projects bu
     .venv/bin/python benchmarks/bench_heavy.py --corpus ../shared/corpus/kernels-community-40d4194f-heavy.tar.gz
         [--projects punica-sgmv paged-attention layer-norm] [--modes off on release-off release-on]
         [--cuda-capabilities native] [--env torch214-cu130 | --python PY [--cuda-home DIR]]
-        [--limit SECONDS] [--force] [--out docs/bench_heavy_h200.json] [--keep DIR]
+        [--limit SECONDS] [--force] [--out docs/bench_heavy.json] [--keep DIR]
 
 --corpus is a folder or a .tar.gz of kernel-builder projects. Modes, each a `kbuild build` of a
 fresh copy of the project, one build at a time, no compiler cache (KBUILD_COMPILER_CACHE=none),

@@ -281,8 +281,7 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     from ..stages import devtest
     from ..stages.compile import check_jobs
     check_jobs(jobs)
-    if not (project / "tests").is_dir():
-        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
+    devtest.require_tests(project)
     python, env_cuda = realised_python(project, env, python)
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
                         cuda_capabilities=cuda_capabilities)
@@ -321,8 +320,7 @@ def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: BuildD
     compiler is installed (a GPU runner that receives the built variants). Arguments after `--`
     go to pytest: `kbuild test -- -m kernels_ci`. Exits with pytest's status."""
     from ..stages import devtest
-    if not (project / "tests").is_dir():
-        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
+    devtest.require_tests(project)
     python, _ = realised_python(project, env, python, compiler=False)
     tested = devtest.select_variants(project, Layout.of(project, build_dir).build_dir, python)
     tools = test_tools(project, env, python)

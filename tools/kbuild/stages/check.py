@@ -258,8 +258,7 @@ def absolute_imports(source: str, package: str) -> list[tuple[int, str, str]]:
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for sub in child.orelse:
-                    visit(sub)
+                visit(ast.Module(body=child.orelse, type_ignores=[]))  # the else branch runs
                 continue
             if isinstance(child, ast.Import):
                 for alias in child.names:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -253,7 +254,6 @@ def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
 def _without_pch(entry: dict) -> dict:
     """An entry without the precompiled torch header (a GCC .gch that clang cannot read: the
     binding includes the same torch headers itself)."""
-    import shlex
     words = shlex.split(entry["command"])
     kept: list[str] = []
     for i, w in enumerate(words):

@@ -215,14 +215,18 @@ def pytest_args(project: Path) -> list[str]:
     return args
 
 
+def require_tests(project: Path) -> None:
+    """Refused before anything is built or realised: there is nothing to run."""
+    if not (project / "tests").is_dir():
+        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
+
+
 def run_tests(project: Path, python: str | None, args: list[str], *,
               write: Callable[[str], None], color: bool = False,
               tested: TestTarget | None = None, tools: Path | None = None) -> int:
     """pytest on `project/tests` in the target interpreter, loading `tested` (see the module's
     docstring); its output, paths rewritten, goes to `write` line by line (an interactive run,
     `--pdb`, has the terminal). Returns pytest's exit status."""
-    if not (project / "tests").is_dir():
-        raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
     cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
            *pytest_args(project), *args]
     env = loading_env(tested, tools=tools) if tested is not None else None
