@@ -102,3 +102,25 @@ def test_loads_through_local_kernels_and_get_kernel(variant_dir, device):
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((variant_dir / "metadata.json").read_text())
     assert proc.stdout.strip() == meta["id"]
+
+
+def test_a_second_load_of_this_build_in_one_process(kernel, variant_dir, device, tmp_path,
+                                                     monkeypatch):
+    """The same build loaded again from another folder in this process registers no second
+    fake kernel: torch before 2.13 refuses one, so registration is made as strict here."""
+    import functools
+    import inspect
+    import shutil
+
+    from kernels import get_local_kernel
+
+    if "allow_override" in inspect.signature(torch.library.register_fake).parameters:
+        monkeypatch.setattr(torch.library, "register_fake", functools.partial(
+            torch.library.register_fake, allow_override=False))
+    shutil.copytree(variant_dir, tmp_path / "build" / variant_dir.name)
+    again = get_local_kernel(tmp_path, backend=device)
+    assert again is not kernel
+    image = random_image(5, 7, device)
+    torch.testing.assert_close(again.img2gray(image), kernel.img2gray(image), rtol=0, atol=0)
+    compiled = torch.compile(again.img2gray, fullgraph=True)
+    torch.testing.assert_close(compiled(image), img2gray_reference(image), rtol=0, atol=0)

@@ -7,7 +7,16 @@ from ._ops import add_op_namespace_prefix, ops
 __all__ = ["img2gray", "img2gray_out"]
 
 
-@torch.library.register_fake(add_op_namespace_prefix("img2gray"))
+def _register_fake(name: str):
+    """torch.library.register_fake, once per process: the same build loaded again (from another
+    folder) shares this op namespace, and torch before 2.13 refuses a second fake kernel."""
+    qualname = add_op_namespace_prefix(name)
+    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+        return torch.library.register_fake(qualname)
+    return lambda fn: fn
+
+
+@_register_fake("img2gray")
 def _img2gray_fake(input: torch.Tensor, output: torch.Tensor) -> None:
     return None
 

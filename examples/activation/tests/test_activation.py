@@ -353,3 +353,29 @@ def test_benchmark_smoke_cpu(activation, activation_repo, tmp_path):
         (verify,) = [getattr(b, n) for n in dir(b) if n.startswith("verify_")]
         run()
         torch.testing.assert_close(b.out, verify(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_second_load_of_this_build_in_one_process(activation, activation_repo, tmp_path,
+                                                     monkeypatch):
+    """The same build loaded again from another folder in this process (a benchmark beside the
+    tests does) registers no second fake kernel: torch before 2.13 refuses one, so registration
+    is made as strict here."""
+    import functools
+    import inspect
+    import shutil
+
+    from kernels import get_local_kernel
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if "allow_override" in inspect.signature(torch.library.register_fake).parameters:
+        monkeypatch.setattr(torch.library, "register_fake", functools.partial(
+            torch.library.register_fake, allow_override=False))
+    shutil.copytree(activation_repo / "build", tmp_path / "build")
+    again = get_local_kernel(tmp_path, backend=device)
+    assert again is not activation
+    x = torch.randn(4, 64, device=device)
+    first, second = torch.empty_like(x), torch.empty_like(x)
+    torch.testing.assert_close(again.gelu_fast(second, x), activation.gelu_fast(first, x),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(torch.compile(again.gelu_fast, fullgraph=True)(second, x), first,
+                               rtol=0, atol=0)

@@ -24,3 +24,16 @@ def rmsnorm(rmsnorm_repo):
 
     backend = "cuda" if torch.cuda.is_available() else "cpu"
     return get_local_kernel(rmsnorm_repo, backend=backend)
+
+
+@pytest.fixture(scope="session")
+def rmsnorm_cpu_repo(rmsnorm_repo, tmp_path_factory) -> Path:
+    """A repo dir holding the cpu variant: the session's own on a CPU torch; on a CUDA torch,
+    whose session build holds only the cuda variant, a cpu build of its own."""
+    if not torch.cuda.is_available():
+        return rmsnorm_repo
+    from kbuild.stages.pipeline import build
+
+    root = tmp_path_factory.mktemp("rmsnorm-cpu-repo")
+    build(PROJECT, backends=["cpu"], build_dir=root / "build")
+    return root

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kernels import (LocalLayerRepository, Mode, kernelize, use_kernel_forward_from_hub,
-                     use_kernel_mapping)
+from kernels import (LocalLayerRepository, Mode, get_local_kernel, kernelize,
+                     use_kernel_forward_from_hub, use_kernel_mapping)
 
 HAS_CUDA = torch.cuda.is_available()
 CUDA = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")]
@@ -359,7 +359,7 @@ def test_cuda_graph_capture(rmsnorm):
     torch.testing.assert_close(y, expected, rtol=0, atol=0)
 
 
-def test_benchmark_smoke_cpu(rmsnorm, rmsnorm_repo, tmp_path):
+def test_benchmark_smoke_cpu(rmsnorm_cpu_repo, tmp_path):
     import importlib.util
     from pathlib import Path
 
@@ -367,13 +367,35 @@ def test_benchmark_smoke_cpu(rmsnorm, rmsnorm_repo, tmp_path):
     spec = importlib.util.spec_from_file_location("benchmark_rmsnorm", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main(["--variant-dir", str(rmsnorm_repo / "build"), "--device", "cpu",
+    assert bench.main(["--variant-dir", str(rmsnorm_cpu_repo / "build"), "--device", "cpu",
                        "--quick", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "rmsnorm.json").read_text())
     ours = [r for r in result["rows"] if r["impl"] == "ours"]
     assert ours and all(r["ok"] and r["median_ms"] > 0 for r in ours)
     b = bench.RMSNormBenchmark()
-    b.kernel, b.device = rmsnorm, "cpu"
+    b.kernel, b.device = get_local_kernel(rmsnorm_cpu_repo, backend="cpu"), "cpu"
     b.setup()
     b.benchmark_rms_norm()
     torch.testing.assert_close(b.out, b.verify_rms_norm())
+
+
+def test_a_second_load_of_this_build_in_one_process(rmsnorm, rmsnorm_repo, tmp_path, monkeypatch):
+    """The same build loaded again from another folder in this process (the end-to-end script
+    beside the tests does) registers no second fake kernel: torch before 2.13 refuses one, so
+    registration is made as strict here."""
+    import functools
+    import inspect
+    import shutil
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if "allow_override" in inspect.signature(torch.library.register_fake).parameters:
+        monkeypatch.setattr(torch.library, "register_fake", functools.partial(
+            torch.library.register_fake, allow_override=False))
+    shutil.copytree(rmsnorm_repo / "build", tmp_path / "build")
+    again = get_local_kernel(tmp_path, backend=device)
+    assert again is not rmsnorm
+    x, w = torch.randn(3, 128, device=device), torch.randn(128, device=device)
+    torch.testing.assert_close(again.rms_norm(x, w, 1e-6), rmsnorm.rms_norm(x, w, 1e-6),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(torch.compile(again.rms_norm, fullgraph=True)(x, w, 1e-6),
+                               rmsnorm.rms_norm(x, w, 1e-6), rtol=0, atol=0)

@@ -14,6 +14,15 @@ from ._ops import add_op_namespace_prefix, ops
 __all__ = ["gelu_fast", "gelu_tanh", "gelu", "silu_and_mul", "layers"]
 
 
+def _register_fake(name: str):
+    """torch.library.register_fake, once per process: the same build loaded again (from another
+    folder) shares this op namespace, and torch before 2.13 refuses a second fake kernel."""
+    qualname = add_op_namespace_prefix(name)
+    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+        return torch.library.register_fake(qualname)
+    return lambda fn: fn
+
+
 def _fake_out(out: torch.Tensor, input: torch.Tensor) -> None:
     return None
 
@@ -27,8 +36,8 @@ def _fake_gated(input: torch.Tensor) -> torch.Tensor:
 
 
 for _name in ("gelu_fast", "gelu_tanh", "gelu", "silu_and_mul"):
-    torch.library.register_fake(add_op_namespace_prefix(_name))(_fake_out)
-    torch.library.register_fake(add_op_namespace_prefix(f"{_name}_functional"))(
+    _register_fake(_name)(_fake_out)
+    _register_fake(f"{_name}_functional")(
         _fake_gated if _name == "silu_and_mul" else _fake_functional)
 del _name
 

@@ -15,7 +15,16 @@ __all__ = ["rms_norm", "rms_norm_reference", "layers", "ops", "add_op_namespace_
 _rms_norm = ops.rms_norm.default
 
 
-@torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
+def _register_fake(name: str):
+    """torch.library.register_fake, once per process: the same build loaded again (from another
+    folder) shares this op namespace, and torch before 2.13 refuses a second fake kernel."""
+    qualname = add_op_namespace_prefix(name)
+    if torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+        return torch.library.register_fake(qualname)
+    return lambda fn: fn
+
+
+@_register_fake("rms_norm")
 def _rms_norm_fake(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     torch._check(weight.dim() == 1 and weight.shape[0] == hidden_states.shape[-1])
     return hidden_states.new_empty(hidden_states.shape)
