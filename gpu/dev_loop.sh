@@ -25,7 +25,7 @@ WORK=/tmp/kbuild-dev-loop
 mkdir -p "$OUT" "$WORK"
 [[ -d /tmp/site ]] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6) PYTHONUNBUFFERED=1  # see gpu/run.sh
-export PYTHONPATH=/tmp/site:$REPO/tools PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1
+export PYTHONPATH=/tmp/site:$REPO/tools${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1
 if [[ -f .kbuild/cutlass-cache.tar.gz && ! -d .kbuild/cutlass-cache ]]; then
   mkdir -p -m 755 .kbuild/cutlass-cache
   tar -xzf .kbuild/cutlass-cache.tar.gz --no-same-owner -C .kbuild/cutlass-cache
