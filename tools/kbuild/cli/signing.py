@@ -35,8 +35,8 @@ def sign(
 @app.command()
 def verify(
     target: Annotated[Optional[Path], typer.Argument(
-        help="A project, a build folder, one variant folder, or a file with <file>.sigstore "
-             "beside it; default: .", show_default=False)] = None,
+        help="A project, a build folder, one variant folder (or its metadata.json), or a file "
+             "with <file>.sigstore beside it; default: .", show_default=False)] = None,
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Verify a Hub kernel repo instead (needs --version).")] = None,
     version: Annotated[Optional[int], typer.Option(
