@@ -96,6 +96,14 @@ def test_other_bytes_or_loader_environment_load_again(probes, tmp_path, monkeypa
     assert not load(cached).get("remembered") and len(probes.asked) == 3
 
 
+
+def test_another_probe_script_loads_again(probes, tmp_path, monkeypatch):
+    """What a memo holds (the API record included) is what the probe script recorded: a kbuild
+    whose probe records more does not take an older script's memo."""
+    load(variant(tmp_path / "a"))
+    monkeypatch.setattr(probe_memo, "_probe_script", lambda: "0" * 64)
+    assert not load(variant(tmp_path / "b")).get("remembered") and len(probes.asked) == 2
+
 def test_a_failure_is_loaded_every_time(probes, tmp_path):
     bad = variant(tmp_path / "a", so=b"bad")
     assert not load(bad)["loadable"] and not load(bad)["loadable"]
