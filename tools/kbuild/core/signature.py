@@ -84,21 +84,19 @@ def signed_digest(text: bytes) -> bytes | None:
     return None
 
 
-def signature_verifies(bundle, data: bytes) -> bool:
-    """Whether the message signature of `bundle` (a parsed sigstore Bundle) verifies over the
-    sha256 of `data` with its certificate's public key: sigstore-python's step 7 of
-    `Verifier.verify_artifact`, the one that needs no trust root."""
+def signature_verifies(certificate, signature: bytes, data: bytes) -> bool:
+    """Whether `signature` verifies over the sha256 of `data` with the public key of
+    `certificate` (cryptography's x509): sigstore-python's step 7 of `Verifier.verify_artifact`,
+    the one that needs no trust root (sigstore signs with ECDSA over the prehashed digest)."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
-    message = bundle._inner.message_signature  # sigstore has no public accessor for it
-    key = bundle.signing_certificate.public_key()
-    if message is None or not isinstance(key, ec.EllipticCurvePublicKey):
-        return False  # sigstore verifies only ECDSA message signatures
+    key = certificate.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        return False
     try:
-        key.verify(message.signature, hashlib.sha256(data).digest(),
-                   ec.ECDSA(Prehashed(hashes.SHA256())))
+        key.verify(signature, hashlib.sha256(data).digest(), ec.ECDSA(Prehashed(hashes.SHA256())))
     except InvalidSignature:
         return False
     return True
@@ -120,8 +118,9 @@ def bundle_state(text: bytes, data: bytes) -> SignatureState:
         return SignatureState(STALE, "it signs other bytes than the current metadata.json "
                                      "(rebuilt or edited after signing)")
     try:
-        verifies = signature_verifies(bundle, data)
-    except Exception:  # a certificate whose key cannot be read
+        signature = base64.b64decode(json.loads(text)["messageSignature"]["signature"])
+        verifies = signature_verifies(bundle.signing_certificate, signature, data)
+    except Exception:  # no message signature, not base64, a key that cannot be read
         verifies = False
     if not verifies:
         return SignatureState(INVALID, "its signature does not verify over metadata.json's bytes "
