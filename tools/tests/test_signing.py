@@ -453,3 +453,60 @@ def test_an_unreachable_tuf_repository_is_one_error_naming_offline(real_bundle, 
     assert proc.returncode == 2 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: cannot reach Sigstore's TUF repository") and "--offline" in line
+
+
+# ----------------------------------------------------------------------------- fifth round
+
+
+def test_verify_of_a_variants_metadata_json_checks_its_files(signed, sigstore, tmp_path):
+    """`kbuild verify build/<v>/metadata.json` (or its bundle) verifies the variant: the
+    signature covers metadata.json, which holds the digest of every other file."""
+    from kbuild.publish.verify import TrustedSigners, verify
+    project = fresh_copy(signed.project, tmp_path / "img2gray")
+    folder = variants_of(project)["torch213-cxx11-cpu-x86_64-linux"]
+    signers = TrustedSigners(GITHUB_REPO, (sigstore.signer_uri,))
+    for target in (folder / "metadata.json", folder / SIGNATURE):
+        (ok,) = verify(target, signers, trust=sigstore.config)
+        assert (ok.target, ok.ok) == (folder.name, True) and "every file matches" in ok.text
+    (so,) = folder.glob("*.so")
+    data = bytearray(so.read_bytes())
+    data[-1] ^= 1
+    so.write_bytes(bytes(data))
+    for target in (folder / "metadata.json", folder / SIGNATURE):
+        (refused,) = verify(target, signers, trust=sigstore.config)
+        assert (refused.target, refused.ok) == (folder.name, False)
+        assert refused.text.startswith("files differ from the signed digest")
+    proc = kbuild("verify", folder / "metadata.json", "--trust-config", sigstore.config,
+                  "--repository", GITHUB_REPO, "--workflow", f"{WORKFLOW}@{REF}", env=signed.env)
+    assert proc.returncode == 1 and proc.stdout.startswith(f"FAILED {folder.name}: files differ")
+
+
+def test_signing_never_writes_through_a_link_at_a_temporary_path(signed, sigstore, tmp_path,
+                                                                 monkeypatch):
+    from kbuild.core.built import BuiltVariant
+    from kbuild.publish.sign import sign_variants
+    project = fresh_copy(signed.project, tmp_path / "img2gray")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not kbuild's")
+    folders = list(variants_of(project).values())
+    for folder in folders:  # where kbuild 0.x wrote its temporary bundle
+        (folder / f".{SIGNATURE}.tmp").symlink_to(outside)
+    for key, value in sigstore.github_env().items():
+        monkeypatch.setenv(key, value)
+    sign_variants([BuiltVariant.load(f) for f in folders],
+                  SigningOptions(trust_config=sigstore.config), log=lambda _: None)
+    assert outside.read_text() == "not kbuild's"
+    for folder in folders:
+        assert not (folder / SIGNATURE).is_symlink() and signature_state(folder).current
+        assert sorted(p.name for p in folder.glob(f".{SIGNATURE}*")) == [f".{SIGNATURE}.tmp"]
+
+
+def test_verify_with_a_tool_key_that_is_not_a_table_is_one_error_line(tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    for text, key in (("tool = 5\n", "tool"), ("[tool]\nkbuild = 5\n", "tool.kbuild")):
+        (project / "pixi.toml").write_text(text + '\n[workspace]\nname = "x"\n')
+        proc = kbuild("verify", project, env=clean_env(tmp_path, COLUMNS="400"))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert error_lines(proc) == [f"error: {project / 'pixi.toml'}: key `{key}`: must be a "
+                                     "table"], proc.stderr

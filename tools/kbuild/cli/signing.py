@@ -35,8 +35,8 @@ def sign(
 @app.command()
 def verify(
     target: Annotated[Optional[Path], typer.Argument(
-        help="A project, a build folder, one variant folder, or a file with <file>.sigstore "
-             "beside it; default: .", show_default=False)] = None,
+        help="A project, a build folder, one variant folder (or its metadata.json), or a file "
+             "with <file>.sigstore beside it; default: .", show_default=False)] = None,
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Verify a Hub kernel repo instead (needs --version).")] = None,
     version: Annotated[Optional[int], typer.Option(
@@ -82,13 +82,14 @@ def api_diff(
 ) -> None:
     """Compare the public API of build/ (names and signatures, layers, op schemas, as a load
     reports them) with what branch v<version> holds on the Hub. Exit 1 on an incompatible change."""
+    from ..publish.api import NOT_COMPARED
     from ..publish.api import api_diff as run_api_diff
     report = run_api_diff(project, repo_id=repo_id, build_dir=build_dir, python=python, warn=warn)
     for note in report.notes:
         log(note)
     for change in report.changes:
         log(change.line())
-    if not report.changes:
+    if all(c.change == NOT_COMPARED for c in report.changes):
         log(f"no API change against {report.branch}")
     if report.breaking:
         raise typer.Exit(1)

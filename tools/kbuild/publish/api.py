@@ -4,10 +4,14 @@ guard, `kbuild api-diff`).
 Users pin `version=N`, and every upload of version N replaces branch `vN` in place, so a public
 name removed or changed incompatibly under the same version breaks them. The API of a variant is
 what its real load reports (resources/scripts/probe_variant.py, remembered with the load by
-stages/probe_memo.py): the package's public names with their signatures, the layer classes with
-their `forward`, and the registered op schemas. Each uploaded variant is compared with the
-variant of the same name on the branch, both loaded here; a variant this machine cannot load, or
-that the branch does not hold yet, is not compared (said so).
+stages/probe_memo.py), one dict per symbol: the package's public names and those of its public
+submodules, each callable with its signature, defaults and the flags `kernels.kernelize` reads,
+each constant with its value; the layer classes with their `forward` and flags; and the
+registered op schemas. Each uploaded variant is compared with the variant of the same name on
+the branch, both loaded here; a variant this machine cannot load, or that the branch does not
+hold yet, is not compared (said so). Within a compared variant, what a record lacks (one made by
+an older kbuild) or holds only as a type (a value that is not a plain constant) is named in one
+"not compared" line.
 """
 
 from __future__ import annotations
@@ -28,21 +32,35 @@ from .sync import git_blob_oid
 Log = Callable[[str], None]
 POSITIONAL = ("POSITIONAL_ONLY", "POSITIONAL_OR_KEYWORD")
 VARIADIC = ("VAR_POSITIONAL", "VAR_KEYWORD")
+NOT_COMPARED = "not compared"
+SECTIONS = ("python", "submodules", "layers", "ops")
+CALLABLE = ("function", "class", "layer")
+# The flags kernels.kernelize reads of a layer class, or of a function it wraps as a layer, with
+# its defaults (recorded for layers and functions, as the probe reads them).
+KERNELIZE = {"has_backward": True, "can_torch_compile": False}
 
 
 @dataclass(frozen=True)
 class Change:
     variant: str
     symbol: str           # "function img2gray_out", "op img2gray", "layer RMSNorm"
-    change: str           # added | removed | changed
+    change: str           # added | removed | changed | not compared
     breaking: bool
     old: str | None = None
     new: str | None = None
+    detail: str = ""      # what changed that the texts do not show; why it was not compared
 
     def line(self) -> str:
+        if self.change == NOT_COMPARED:
+            return f"? {self.variant}: not compared: {self.symbol} ({self.detail})"
         mark = "-" if self.change == "removed" else "+" if self.change == "added" else "~"
+        if self.change == "changed" and self.old == self.new and self.detail:
+            changed = f"{self.symbol} changed: {self.detail}"
+        else:
+            changed = f"{self.symbol} changed from `{self.old}` to `{self.new}`" + (
+                f" ({self.detail})" if self.detail else "")
         text = {"removed": f"{self.symbol} removed", "added": f"{self.symbol} added"}.get(
-            self.change, f"{self.symbol} changed from `{self.old}` to `{self.new}`")
+            self.change, changed)
         if self.change == "removed" and self.old:
             text += f" (was `{self.old}`)"
         if self.change == "added" and self.new:
@@ -119,41 +137,133 @@ def schema_compatible(old: str, new: str) -> bool:
     return all("=" in a for a in n[0][len(o[0]):] if a != "*")
 
 
-def _text(entry: dict) -> str:
-    return entry.get("signature") or entry.get("type") or ""
+# Why something was not compared, and the parts of a record it concerns (in the order said).
+OLDER, NEWER = "the earlier API record predates them", "the new API record lacks them"
+OPAQUE = "not plain constants: only their type is compared"
+UNREADABLE = "no readable signature"
+SUBMODULES, SIGNATURES, DEFAULTS, FLAGS, VALUES = (
+    "public submodules", "the signatures of", "the defaults of", "the kernelize flags of",
+    "the values of")
+FACETS = (SUBMODULES, SIGNATURES, DEFAULTS, FLAGS, VALUES)
+LISTED = 10  # symbols named per part of a "not compared" line
 
 
-def _entry_compatible(old: dict, new: dict) -> bool:
-    if old.get("kind") != new.get("kind"):
+class _Gaps:
+    """What two records did not let `compare` compare, by reason."""
+
+    def __init__(self) -> None:
+        self.found: dict[str, dict[str, list[str]]] = {}
+
+    def add(self, reason: str, facet: str, symbol: str | None = None) -> None:
+        symbols = self.found.setdefault(reason, {}).setdefault(facet, [])
+        if symbol is not None and symbol not in symbols:
+            symbols.append(symbol)
+
+    def both_have(self, key: str, old: dict, new: dict, facet: str, symbol: str) -> bool:
+        """Whether both records have `key`; if not, the gap is noted with which one lacks it."""
+        if key in old and key in new:
+            return True
+        self.add(OLDER if key not in old else NEWER, facet, symbol)
         return False
-    if "params" in old:
-        return "params" in new and params_compatible(old["params"], new["params"])
-    return old.get("type") == new.get("type")
+
+    def changes(self, variant: str) -> list[Change]:
+        out = []
+        for reason in (OLDER, NEWER, OPAQUE, UNREADABLE):
+            facets = self.found.get(reason)
+            if not facets:
+                continue
+            parts = []
+            for facet in (f for f in FACETS if f in facets):
+                symbols = facets[facet]
+                more = f" and {len(symbols) - LISTED} more" if len(symbols) > LISTED else ""
+                parts.append(f"{facet} {', '.join(symbols[:LISTED])}{more}" if symbols else facet)
+            out.append(Change(variant, "; ".join(parts), NOT_COMPARED, False, detail=reason))
+        return out
+
+
+def _text(name: str, entry: dict, other: dict | None = None) -> str:
+    """How a symbol is shown; a value by its type where either record lacks its value."""
+    if entry.get("kind") == "value":
+        shown = entry.get("value")
+        if shown is None or (other is not None and other.get("value") is None):
+            return f"{name}: {entry.get('type', '')}"
+        return f"{name} = {shown}"
+    return name + (entry.get("signature") or entry.get("type") or "")
+
+
+def _entry_verdict(symbol: str, old: dict, new: dict, gaps: _Gaps) -> tuple[bool, str]:
+    """Whether every use of the `old` record of a symbol still works with the `new` one, and
+    what changed that its text does not show; what cannot be compared goes to `gaps`."""
+    if old.get("kind") != new.get("kind"):
+        return False, ""
+    kind, ok, detail = old.get("kind"), True, []
+    if kind == "value":
+        ok = old.get("type") == new.get("type")
+        if ok and gaps.both_have("value", old, new, VALUES, symbol):
+            if old["value"] is None or new["value"] is None:
+                gaps.add(OPAQUE, VALUES, symbol)
+            else:
+                ok = old["value"] == new["value"]
+        return ok, ""
+    if kind not in CALLABLE:
+        return old.get("type") == new.get("type"), ""
+    if "params" in old and "params" in new:
+        ok = params_compatible(old["params"], new["params"])
+        if gaps.both_have("defaults", old, new, DEFAULTS, symbol):
+            for name, was in old["defaults"].items():
+                now = new["defaults"].get(name, was)  # a default taken away: params say so
+                if was is None or now is None:
+                    gaps.add(OPAQUE, VALUES, f"{symbol}({name}=…)")
+                elif was != now:
+                    ok = False
+    elif "params" in old:
+        ok = False  # the new one's signature cannot be read: no call can be shown to work
+    else:
+        gaps.add(UNREADABLE, SIGNATURES, symbol)
+    if kind != "class" and gaps.both_have("kernelize", old, new, FLAGS, symbol):
+        for flag, default in KERNELIZE.items():
+            was, now = old["kernelize"].get(flag, default), new["kernelize"].get(flag, default)
+            if not isinstance(was, bool) or not isinstance(now, bool):
+                gaps.add(OPAQUE, FLAGS, symbol)
+            elif was != now:
+                detail.append(f"{flag} from {was} to {now}")
+                ok = ok and now  # kernelize stops using a layer that loses one
+    return ok, "; ".join(detail)
 
 
 def compare(variant: str, old: dict, new: dict) -> list[Change]:
-    """The changes from the API `old` to `new` (as the probe reports them), breaking or not."""
+    """The changes from the API `old` to `new` (as the probe records them), breaking or not,
+    and one "not compared" change per reason something could not be compared."""
     changes: list[Change] = []
-    for section in ("python", "layers", "ops"):
+    gaps = _Gaps()
+    sections = [s for s in SECTIONS if s in old and s in new]
+    if "submodules" not in sections:
+        gaps.add(OLDER if "submodules" not in old else NEWER, SUBMODULES)
+    for section in sections:
         before, after = old.get(section) or {}, new.get(section) or {}
         for name in sorted(before.keys() | after.keys()):
             b, a = before.get(name), after.get(name)
             if section == "ops":
-                label = f"op {name}"
-                b_text, a_text = b, a
+                label, b_text, a_text = f"op {name}", b, a
             else:
                 label = f"{(a or b).get('kind', 'name')} {name}"
-                b_text = f"{name}{_text(b)}" if b else None
-                a_text = f"{name}{_text(a)}" if a else None
+                b_text = _text(name, b, a) if b else None
+                a_text = _text(name, a, b) if a else None
             if b is None:
                 changes.append(Change(variant, label, "added", False, None, a_text))
             elif a is None:
                 changes.append(Change(variant, label, "removed", True, b_text, None))
-            elif b != a:
-                ok = schema_compatible(b, a) if section == "ops" else _entry_compatible(b, a)
-                if b_text != a_text or not ok:
+            elif section == "ops":
+                ok = schema_compatible(b, a)
+                if b != a:
                     changes.append(Change(variant, label, "changed", not ok, b_text, a_text))
-    return changes
+            else:
+                symbol = f"layer {name}" if section == "layers" else name
+                ok, detail = _entry_verdict(symbol, b, a, gaps)
+                if b != a and (b_text != a_text or not ok or detail):
+                    changes.append(Change(variant, label, "changed", not ok, b_text, a_text,
+                                          detail))
+    return changes + gaps.changes(variant)
 
 
 # ----------------------------------------------------------------------------- against the Hub

@@ -12,13 +12,13 @@ other file), not the folder's name.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from ..core.layout import METADATA, SIGNATURE
 
 if TYPE_CHECKING:
@@ -187,9 +187,7 @@ def sign_variants(variants: list[BuiltVariant], options: SigningOptions = Signin
             raise BuildError("metadata.json changed while it was being signed",
                              file=v.path / METADATA, hint="run it again once the build is done")
     for v, _, bundle in signed:
-        tmp = v.path / f".{SIGNATURE}.tmp"
-        tmp.write_text(bundle, encoding="utf-8")
-        os.replace(tmp, v.path / SIGNATURE)
+        write_atomic(v.path / SIGNATURE, bundle)
         entry = json.loads(bundle)["verificationMaterial"]["tlogEntries"][0]
         log(f"signed {v.name}: {SIGNATURE} (transparency log entry {entry['logIndex']})")
     log(f"signed {len(signed)} variant(s) as {identity.describe()}")

@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..core.errors import BuildError
 from ..core.layout import METADATA, PIXI_TOML, SIGNATURE
+from ..core.signature import BundleUnreadable, read_bundle
 from .sign import SignerIdentity, one_line, trust_config
 
 Log = Callable[[str], None]
@@ -65,9 +66,12 @@ def trusted_signers(project: Path, repository: str | None, workflows: list[str])
             table = tomllib.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise BuildError(f"not valid TOML: {exc}", file=file) from None
-        config = table.get("tool", {}).get("kbuild", {}).get("signing", {})
-        if not isinstance(config, dict):
-            raise BuildError("must be a table", file=file, key=CONFIG_KEY)
+        config = table
+        for depth, part in enumerate(CONFIG_KEY.split("."), 1):  # tool, kbuild, signing
+            config = config.get(part, {})
+            if not isinstance(config, dict):
+                raise BuildError("must be a table", file=file,
+                                 key=".".join(CONFIG_KEY.split(".")[:depth]))
         repository = repository or config.get("repository")
         workflows = workflows or config.get("workflows") or []
         if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
@@ -133,7 +137,13 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
     from sigstore.errors import VerificationError
     from sigstore.models import Bundle
     try:
-        bundle = Bundle.from_json(bundle_path.read_bytes())
+        text = read_bundle(bundle_path)
+    except BundleUnreadable as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{bundle_path.name} cannot be read: {exc.strerror or exc}"
+    try:
+        bundle = Bundle.from_json(text)
     except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
         return f"invalid signature bundle: {one_line(exc)}"
     from sigstore.verify.policy import UnsafeNoOp
@@ -192,7 +202,8 @@ def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None 
            version: int | None = None, offline: bool = False, trust: Path | None = None,
            staging: bool = False, endpoint: str | None = None) -> list[Verdict]:
     """The verdict on each variant of a build folder, a project's build/, one variant folder,
-    one signed file, or branch v<version> of a Hub kernel repo."""
+    one signed file, or branch v<version> of a Hub kernel repo. A variant's `metadata.json` (or
+    its bundle) stands for its variant: the files are checked against the signed digest too."""
     from ..core.layout import BUILD_DIR, MANIFEST
     from ..stages.check import variant_dirs
     if repo_id is not None:
@@ -205,7 +216,9 @@ def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None 
         files: list[Path] = []
     else:
         target = (target or Path(".")).resolve()
-        if target.is_file():
+        if target.is_file() and target.name in (METADATA, SIGNATURE):
+            variants, files = [target.parent], []  # its signature covers the variant's files
+        elif target.is_file():
             variants, files = [], [target]
         elif (target / METADATA).is_file():
             variants, files = [target], []

@@ -2,10 +2,11 @@
 $KBUILD_CACHE_DIR/probed/ so that checking the same files again does not import torch again.
 
 - Key (looked up before a load): sha256 of the folder's name and every file that ships from it
-  (relative path and sha256; bytecode never ships), the interpreter as a load sees it
+  (relative path and sha256; bytecode never ships; the signature bundle, which a load never
+  reads, left out), the interpreter as a load sees it
   (resources/scripts/loader_identity.py: its path, version and module path, and torch, kernels
-  and huggingface_hub with a fingerprint of their installed files), and the loader's
-  environment variables.
+  and huggingface_hub with a fingerprint of their installed files), the loader's environment
+  variables, and the probe script itself (what it records, the API included, changes with it).
 - Memo (written after a successful load): the ops, the public API, and the files the load
   depended on outside the folder as the probe interpreter found them after the import (the file
   of every module in
@@ -28,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.built import shipped_files
+from ..core.layout import SIGNATURE
 from ..core.runner import capture
 from ..core.switches import switch
 from . import deps
@@ -52,9 +54,12 @@ def loader_identity(python: str) -> str | None:
 
 
 def folder_fingerprint(folder: Path) -> str:
-    """sha256 of the folder's name and of every file that ships from it (path and bytes)."""
+    """sha256 of the folder's name and of every file that ships from it (path and bytes), but
+    its signature bundle, which a load never reads (so it is never read here either)."""
     digest = hashlib.sha256(folder.name.encode() + b"\0")
     for path in shipped_files(folder):
+        if path.relative_to(folder).as_posix() == SIGNATURE:
+            continue
         digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
@@ -87,6 +92,12 @@ def file_state(paths: list[str]) -> str:
     return hashlib.sha256(json.dumps(states).encode()).hexdigest()
 
 
+def _probe_script() -> str:
+    """The sha256 of resources/scripts/probe_variant.py, which makes what a memo holds."""
+    script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
+    return hashlib.sha256(script.read_bytes()).hexdigest()
+
+
 def key(variant: Path, python: str) -> str | None:
     """The memo key of `variant` loaded in `python` (None: memo off or the interpreter unreadable)."""
     if not switch(PROBE_MEMO_VAR):
@@ -96,7 +107,7 @@ def key(variant: Path, python: str) -> str | None:
         return None
     env = sorted((k, v) for k, v in os.environ.items() if _LOADER_ENV.match(k))
     try:
-        text = json.dumps([folder_fingerprint(variant), identity, env])
+        text = json.dumps([folder_fingerprint(variant), identity, env, _probe_script()])
     except OSError:  # a file changed under us: no memo this time
         return None
     return hashlib.sha256(text.encode()).hexdigest()

@@ -96,6 +96,25 @@ def test_other_bytes_or_loader_environment_load_again(probes, tmp_path, monkeypa
     assert not load(cached).get("remembered") and len(probes.asked) == 3
 
 
+
+def test_another_probe_script_loads_again(probes, tmp_path, monkeypatch):
+    """What a memo holds (the API record included) is what the probe script recorded: a kbuild
+    whose probe records more does not take an older script's memo."""
+    load(variant(tmp_path / "a"))
+    monkeypatch.setattr(probe_memo, "_probe_script", lambda: "0" * 64)
+    assert not load(variant(tmp_path / "b")).get("remembered") and len(probes.asked) == 2
+
+
+def test_the_signature_bundle_is_not_part_of_the_key_and_is_never_read(probes, tmp_path):
+    """A load never reads metadata.json.sigstore, so its memo does not key on it: signing a
+    variant keeps its memo, and a bundle of gigabytes is not read to make the key (`check` on a
+    2 GiB one read it whole)."""
+    load(variant(tmp_path / "a"))
+    signed = variant(tmp_path / "b")
+    with open(signed / "metadata.json.sigstore", "wb") as f:
+        f.truncate(64 << 20)  # sparse: no disk used
+    assert load(signed).get("remembered") and len(probes.asked) == 1
+
 def test_a_failure_is_loaded_every_time(probes, tmp_path):
     bad = variant(tmp_path / "a", so=b"bad")
     assert not load(bad)["loadable"] and not load(bad)["loadable"]

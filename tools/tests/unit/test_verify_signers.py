@@ -63,3 +63,16 @@ def test_bad_options_name_the_option(tmp_path):
     with pytest.raises(BuildError) as caught:
         trusted_signers(tmp_path, "a/b", [".github/workflows/w.yml"])
     assert caught.value.key == "--workflow"
+
+
+@pytest.mark.parametrize("text, key", [
+    ("tool = 5\n", "tool"),
+    ("[tool]\nkbuild = 5\n", "tool.kbuild"),
+    ('tool = ["kbuild"]\n', "tool"),
+])
+def test_a_tool_or_kbuild_key_that_is_not_a_table_is_one_error_naming_it(tmp_path, text, key):
+    (tmp_path / "pixi.toml").write_text(text + '\n[workspace]\nname = "x"\n')
+    with pytest.raises(BuildError) as caught:
+        trusted_signers(tmp_path, None, [])
+    assert (caught.value.key, caught.value.file) == (key, tmp_path / "pixi.toml")
+    assert caught.value.message.startswith("must be a table")
