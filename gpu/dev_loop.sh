@@ -21,7 +21,7 @@ while (($#)); do
   PROJECTS+=("$1"); shift
 done
 OUT=${OUT:-/tmp/kbuild-dev-loop/out}
-WORK=/tmp/kbuild-dev-loop
+WORK=${DEV_LOOP_WORK:-/tmp/kbuild-dev-loop}  # another WORK (and OUT) lets two calls run side by side
 mkdir -p "$OUT" "$WORK"
 [[ -d /tmp/site ]] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export LD_PRELOAD=$(g++ -print-file-name=libstdc++.so.6) PYTHONUNBUFFERED=1  # see gpu/run.sh
