@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -14,7 +15,8 @@ from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
-from ..core.layout import Layout
+from ..core.atomic import write_atomic
+from ..core.layout import COMPILE_COMMANDS, Layout
 from ..core.runner import capture, run_logged
 from . import configure_seed, dist, inputs, pch
 from .generate import BUILD_FOLDER
@@ -161,6 +163,14 @@ def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
                               "build sizes it to the cores and memory")
 
 
+def check_cores(cores: int | None) -> None:
+    """--cores is 0 (all of this machine's, as nix reads it) or more."""
+    if cores is not None and cores < 0:
+        raise BuildError(f"--cores {cores} is not a number of cores",
+                         hint="give the cores one variant's build may use, e.g. --cores 8, or "
+                              "0 (the default) for all of this machine's")
+
+
 def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
           memory_gib: float | None = None) -> Split:
     """Ninja jobs, nvcc threads and nvcc's split for `plan`. Without the split, as before it:
@@ -170,8 +180,10 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     twice its even share when every CUDA file runs at once (the light ones finish early and
     leave the heavy ones the cores), spent on threads first and the rest on `--split-compile`.
     nvcc runs × threads × split stays within the memory, and the other jobs (up to one per
-    core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
-    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT=N override."""
+    core) compile C++ beside them. `cores` (--cores; 0 or None: this machine's) is the budget
+    divided, as kernel-builder's Nix build divides NIX_BUILD_CORES into Ninja jobs × nvcc
+    threads. `jobs` (--jobs, capped by the memory), $KBUILD_NVCC_THREADS and
+    $KBUILD_NVCC_SPLIT=N override."""
     check_jobs(jobs)
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
@@ -202,8 +214,8 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)
 
 
-def configure_args(plan: VariantPlan, src: Path, build: Path,
-                   jobs: int | None = None, precompiled_header: bool = False) -> list[str]:
+def configure_args(plan: VariantPlan, src: Path, build: Path, jobs: int | None = None,
+                   precompiled_header: bool = False, cores: int | None = None) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
             f"-DCMAKE_CXX_COMPILER={find_cxx()}",
@@ -217,7 +229,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
     if plan.cuda:
         # CMake wants a default; each kernel target sets its own list of archs.
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
-        how = split(plan, jobs)
+        how = split(plan, jobs, cores=cores)
         args += [f"-DKB_NVCC_THREADS={how.nvcc_threads}", f"-DKB_NVCC_JOBS={how.nvcc_jobs}",
                  f"-DKB_NVCC_SPLIT={how.nvcc_split}",
                  f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
@@ -228,27 +240,72 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
     return args
 
 
-def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
+def export_compile_commands(project: Path, works: list[Path],
+                            note: Callable[[str], None] | None = None) -> Path | None:
     """The compile commands of the variants just built, merged, written (atomically) to the
-    project's compile_commands.json, where clangd and VS Code's C/C++ extension look."""
+    project's compile_commands.json, where clangd and VS Code's C/C++ extension look. Only a
+    file this builder wrote is replaced (`ours`): a user's own file or link is left as it is,
+    said once in `note`."""
     entries: list[dict] = []
     for work in works:
-        found = work / BUILD_FOLDER / "compile_commands.json"
+        found = work / BUILD_FOLDER / COMPILE_COMMANDS
         try:
             entries += [_without_pch(e) for e in json.loads(found.read_text(encoding="utf-8"))]
         except (OSError, ValueError, AttributeError, TypeError):
             continue
     if not entries:
         return None
-    target = Layout.of(project).compile_commands
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    layout = Layout.of(project)
+    target, mark = layout.compile_commands, layout.compile_commands_mark
+    if not ours(target, mark):
+        if note:
+            note(f"{target} is not one kbuild wrote (your own file or link): left as it is; "
+                 f"remove it to get this build's compile commands there")
+        return None
+    text = json.dumps(entries, indent=1) + "\n"
     try:
-        tmp.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
+        previous = mark.read_text(encoding="ascii").split()[-1:] if mark.is_file() else []
+        # The new digest is remembered before the file is replaced (an interruption between
+        # the two leaves the old file, whose digest is kept beside it, still ours).
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(mark, "\n".join(previous + [_sha256(text.encode())]) + "\n")
+        write_atomic(target, text)
     except OSError:
-        tmp.unlink(missing_ok=True)
         return None  # a convenience: never fails a build
     return target
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def ours(target: Path, mark: Path) -> bool:
+    """Whether the builder may write `target`: nothing is there, or the file there is one it
+    wrote (its digest is in `mark`). A link, even to a file of ours, is the user's."""
+    if not os.path.lexists(target):
+        return True
+    if target.is_symlink() or not target.is_file():
+        return False
+    try:
+        data = target.read_bytes()
+        if not mark.exists():
+            return _unmarked_but_ours(data, mark.parent)
+        return _sha256(data) in mark.read_text(encoding="ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _unmarked_but_ours(data: bytes, work: Path) -> bool:
+    """A file builders before the mark wrote: exactly what this writer writes, every entry's
+    folder in this project's work folder (.kbuild/<variant>/)."""
+    try:
+        entries = json.loads(data)
+        return (isinstance(entries, list) and bool(entries)
+                and json.dumps(entries, indent=1).encode() + b"\n" == data
+                and all(isinstance(e, dict) and Path(str(e.get("directory", ""))).is_relative_to(work)
+                        for e in entries))
+    except ValueError:
+        return False
 
 
 def _without_pch(entry: dict) -> dict:
@@ -376,20 +433,22 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
 
 
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
-                    progress: Progress | None = None) -> Compiled:
+                    progress: Progress | None = None, cores: int | None = None) -> Compiled:
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
-    a scheduler configured, the compiles go through an sccache server of this build's own."""
+    a scheduler configured, the compiles go through an sccache server of this build's own.
+    `cores`: what the build may use (default: this machine's), divided by `split`."""
     launcher = compiler_launcher()
     remote = dist.for_launcher(launcher)
     if remote is None:
-        return _compile(plan, src, jobs, progress, launcher, None)
+        return _compile(plan, src, jobs, progress, launcher, None, cores)
     with dist.session(remote, launcher) as session:
-        compiled = _compile(plan, src, jobs, progress, launcher, session.env)
+        compiled = _compile(plan, src, jobs, progress, launcher, session.env, cores)
         return replace(compiled, dist=session.counts())
 
 
 def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress | None,
-             launcher: str | None, launcher_env: dict[str, str] | None) -> Compiled:
+             launcher: str | None, launcher_env: dict[str, str] | None,
+             cores: int | None = None) -> Compiled:
     def phase(name: str):
         if progress is None:
             return None
@@ -401,7 +460,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     log.write_text("")
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
     env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
-    args = configure_args(plan, src, build, jobs, pch_off is None)
+    args = configure_args(plan, src, build, jobs, pch_off is None, cores)
     nvcc_split = configured_split(args)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
@@ -409,7 +468,8 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     if not (build / "build.ninja").is_file():
         configure(args, src, build, log, env, phase("configure"))
         stamp.write_text("\n".join(args))
-    cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
+    cmd = [_tool("cmake"), "--build", str(build), "--parallel",
+           str(split(plan, jobs, cores=cores).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher, env)
