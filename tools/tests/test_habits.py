@@ -76,4 +76,5 @@ def test_print_build_logs_streams_the_compilers_output_within_the_cores_given(wo
     assert any('warning: #warning "kbuild-L-probe"' in line for line in streamed), loud.stderr
     assert any("img2gray_cpu.cpp" in line and line.split("> ", 1)[1].startswith("[")
                for line in streamed)  # Ninja's own step lines
-    assert "1 jobs (1 cores" in loud.stderr  # the budget the compile was given
+    assert "1 jobs (1 cores" in loud.stderr  # the budget the compile was given …
+    assert "--parallel 1\n" in log.read_text()  # … and Ninja's
