@@ -229,7 +229,7 @@ def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/, the compile_commands.json a build wrote) and built
     variants (build/<variant>/), nothing else."""
     from ..core.removal import remove_tree
-    from ..stages.compile import ours
+    from ..stages.compile_commands import ours
 
     layout = Layout.of(project)
     removed = []

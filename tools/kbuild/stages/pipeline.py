@@ -18,7 +18,8 @@ from ..core.locking import locked
 from . import frameworks, pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
-from .compile import compile_variant, export_compile_commands, split
+from .compile import compile_variant, split
+from .compile_commands import export_compile_commands
 from .generate import generate
 from .loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
