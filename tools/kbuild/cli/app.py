@@ -233,6 +233,12 @@ class StepDisplay:
             elif new_stage and step.stage in self.ANNOUNCED:
                 self._print(text)
 
+    def output(self, variant: str, line: str) -> None:
+        """--print-build-logs: a line of a build's own output, as nix -L shows it
+        (`<variant>> <line>`), above the live line on a terminal."""
+        with self.lock:
+            self._print(f"{variant}> {line}")
+
     def _print(self, line: str) -> None:
         self.last_print = self.clock()
         self.console.print(line, highlight=False, markup=False, soft_wrap=True)

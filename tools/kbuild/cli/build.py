@@ -30,6 +30,26 @@ DistOpt = Annotated[Optional[str], typer.Option(
     "--dist-scheduler", help="Distribute the compiles through this sccache-dist scheduler (URL; the "
     "client token in $KBUILD_DIST_TOKEN); same as KBUILD_DIST_SCHEDULER. Without it, a [dist] "
     "section of your sccache configuration is used. See docs/build-speed.md.")]
+# kernel-builder's habits (its `build`, `build-and-copy`, `devshell`, `testshell` flags), one
+# definition for every command that builds: build, build-all, dev.
+VariantOpt = Annotated[Optional[str], typer.Option(
+    "--variant", help="Build exactly this variant (a name as in build/, e.g. "
+    "torch213-cxx11-cpu-x86_64-linux): one the target torch makes, else one of the matrix "
+    "(pixi.toml's environments, else the builder's default ones), built in its environment as "
+    "--env does. A name the project does not make is refused, listing those it makes.")]
+PrintLogsOpt = Annotated[bool, typer.Option(
+    "--print-build-logs", "-L", help="Stream the full output of CMake, Ninja and the compilers "
+    "on stderr, each line as `<variant>> line` (nix's -L). Without it the output is summarised; "
+    ".kbuild/<variant>/build.log keeps it either way.")]
+MaxJobsOpt = Annotated[Optional[int], typer.Option(
+    "--max-jobs", help="At most N variants built at once (nix's --max-jobs counts builds, "
+    "each of up to --cores cores): build-all builds N environments at once (its --jobs); "
+    "build and dev build their variants one after another, within any N.")]
+CoresOpt = Annotated[Optional[int], typer.Option(
+    "--cores", help="Cores one variant's build may use (nix's --cores, NIX_BUILD_CORES): the "
+    "build divides them into Ninja jobs × nvcc threads per CUDA file (and nvcc's split, for "
+    "local builds), as kernel-builder's Nix build divides its cores; the split is printed. "
+    "0 or unset: all of this machine's. At most --max-jobs × --cores cores are busy.")]
 SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
 CapsOpt = Annotated[Optional[str], typer.Option(
     "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
@@ -65,7 +85,9 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None,
-              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None) -> list:
+              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None, *,
+              variant: str | None = None, cores: int | None = None,
+              print_build_logs: bool = False) -> list:
     """Builds with progress on stderr and one result line per variant on stdout."""
     from ..stages import pipeline
     from ..stages.torch_install import local_capabilities
@@ -73,8 +95,10 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
-                                 build_dir=build_dir, jobs=jobs, warn=warn, on_step=display,
-                                 local_capabilities=local)
+                                 build_dir=build_dir, jobs=jobs, warn=warn, note=note,
+                                 on_step=display, local_capabilities=local, variant=variant,
+                                 cores=cores, on_output=display.output if print_build_logs
+                                 else None)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
@@ -91,6 +115,28 @@ def run_build(project: Path, backend: list[str] | None, python: str | None,
     return results
 
 
+def check_habits(max_jobs: int | None, cores: int | None) -> None:
+    """--max-jobs and --cores, refused at once when they are no count."""
+    from ..stages.compile import check_cores, check_jobs
+    check_jobs(max_jobs, "--max-jobs")
+    check_cores(cores)
+
+
+def resolve_variant(project: Path, variant: str | None, backend: list[str] | None,
+                    env: str | None, python: str | None) -> tuple[list[str] | None, str | None]:
+    """--variant NAME as the backend to build and the environment to build it in (--env's, a
+    matrix environment's, or None: the target torch). Nothing is realised before it is known."""
+    if variant is None:
+        return backend, env
+    if backend:
+        raise BuildError("--variant and --backend exclude each other",
+                         hint="the variant's name says its backend: give only --variant")
+    from ..matrix.choose import choose
+    choice = choose(project, variant, python=target_python(python),
+                    explicit_python=python is not None, env=env)
+    return [choice.backend], choice.env or env
+
+
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
@@ -98,18 +144,21 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
           cuda_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
           cutlass_substitute: Annotated[bool, typer.Option(
               "--cutlass-substitute", help="For a CUTLASS version with no release here, use the "
-              "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False
-          ) -> None:
+              "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False,
+          variant: VariantOpt = None, print_build_logs: PrintLogsOpt = False,
+          max_jobs: MaxJobsOpt = None, cores: CoresOpt = None) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
-    build/<variant>/."""
+    build/<variant>/. kernel-builder's `build` and `build-and-copy`: the same."""
     from ..stages.compile import check_jobs
     check_jobs(jobs)  # before an environment is realised
+    check_habits(max_jobs, cores)
     use_scheduler(dist_scheduler)
     if cutlass_substitute:  # read by stages/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
+    backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home or env_cuda),
-              cuda_capabilities)
+              cuda_capabilities, variant=variant, cores=cores, print_build_logs=print_build_logs)
 
 
 def use_scheduler(url: str | None) -> None:
@@ -134,6 +183,18 @@ def explain_load_failure(variant: Path, python: str | None) -> str | None:
     return loadcheck.probe(sos[0], torch.python, torch.lib_dir)
 
 
+def note_older_edition(project: Path) -> None:
+    """One note when build.toml is of an older edition (builds read edition 4 without one)."""
+    from ..core import editions, manifest
+    try:
+        edition = editions.detect_edition(manifest.read_raw(project))
+    except BuildError:  # no manifest or an unreadable one: check looks at build/ only
+        return
+    said = editions.older_edition_note(edition)
+    if said:
+        note(f"note: {said}")
+
+
 @app.command()
 def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
           python: PythonOpt = None,
@@ -142,6 +203,7 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
     from ..stages.check import check_variant, variant_dirs
     python = target_python(python)
+    note_older_edition(project)
     root = Layout.of(project, build_dir).build_dir
     if not root.is_dir() or not variant_dirs(root):
         raise BuildError("no variants to check", file=root, hint="run `kbuild build` first")
@@ -164,11 +226,17 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
 
 @app.command()
 def clean(project: ProjectArg = Path(".")) -> None:
-    """Remove generated files (.kbuild/) and built variants (build/<variant>/), nothing else."""
+    """Remove generated files (.kbuild/, the compile_commands.json a build wrote) and built
+    variants (build/<variant>/), nothing else."""
     from ..core.removal import remove_tree
+    from ..stages.compile_commands import ours
 
     layout = Layout.of(project)
     removed = []
+    commands = layout.compile_commands
+    if commands.is_file() and ours(commands, layout.compile_commands_mark):  # a user's stays
+        commands.unlink()
+        removed.append(commands)
 
     def unfollowed(path: Path) -> bool:  # a link may lead out of the project: never followed
         if path.is_symlink():
@@ -193,30 +261,39 @@ def clean(project: ProjectArg = Path(".")) -> None:
 @app.command("update-build")
 def update_build(project: ProjectArg = Path("."),
                  dry_run: Annotated[bool, typer.Option(help="Print, don't write.")] = False) -> None:
-    """Rewrite an older build.toml as edition 5."""
-    import tomli_w
+    """Rewrite an older build.toml as edition 5, changing only what the upgrade needs: comments,
+    order and layout of everything else stay (an edition 4 file gains one line)."""
+    import stat
+    import tomllib
 
-    from ..core import editions
+    from ..core import editions, manifest
+    from ..core.files import write_atomic
 
-    from ..core import manifest
     project = project.resolve()
-    raw = manifest.read_raw(project)
+    raw = manifest.read_raw(project)  # a file of the project that parses
     upgraded, notes = editions.upgrade(raw)
     if not notes:
         out.print(f"{project / MANIFEST} is already edition {editions.CURRENT_EDITION}")
         return
-    text = tomli_w.dumps(upgraded)
-    manifest.validate(upgraded, project / MANIFEST)  # fail before writing anything invalid
+    path = (project / MANIFEST).resolve()  # a link inside the project stays a link
+    manifest.validate(upgraded, path)  # fail before writing anything invalid
+    try:
+        text, _ = editions.upgrade_text(path.read_bytes().decode("utf-8"))
+    except Exception as e:  # tomlkit's errors share no base class but Exception
+        raise BuildError(f"cannot edit it in place: {e}", file=path,
+                         hint="fix the TOML so that tomlkit reads it, or add "
+                              f"`edition = {editions.CURRENT_EDITION}` by hand") from None
+    if tomllib.loads(text) != upgraded:  # the edited text must mean the upgraded manifest
+        raise BuildError("editing it in place gave another manifest than the upgrade; nothing "
+                         "was written", file=path, hint="report this; upgrade it by hand with "
+                         "the changes `kbuild build` lists")
     if dry_run:
-        out.print(text, highlight=False, markup=False)
+        out.print(text, highlight=False, markup=False, end="")
         return
-    path = project / MANIFEST
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text, mode=stat.S_IMODE(path.stat().st_mode))  # keeps its mode
     for line in notes:
-        out.print(f"- {line}")
-    out.print(f"rewrote {path} (comments are not kept)")
+        out.print(f"- {line}", highlight=False, markup=False)
+    out.print(f"rewrote {path} (only the lines above changed)", highlight=False, markup=False)
 
 
 # --- dev: build, then the project's tests, with tracebacks pointing at torch-ext/ ---------------

@@ -12,7 +12,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from .app import app, command_group, err, keep_whole, out, table as make_table, warn
-from .build import DistOpt, use_scheduler
+from .build import (CoresOpt, DistOpt, MaxJobsOpt, PrintLogsOpt, VariantOpt, check_habits,
+                    use_scheduler)
 
 
 ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
@@ -62,13 +63,24 @@ def build_all(
         help="Refuse environments without a lock (PyPI path); stale locks are always refused.")] = False,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON.")] = None,
     dist_scheduler: DistOpt = None,
+    variant: VariantOpt = None,
+    print_build_logs: PrintLogsOpt = False,
+    max_jobs: MaxJobsOpt = None,
+    cores: CoresOpt = None,
 ) -> None:
-    """Build the variant of every selected environment (in parallel with --jobs)."""
+    """Build the variant of every selected environment (in parallel with --jobs).
+    kernel-builder's `build-and-copy` of every variant: --max-jobs is --jobs here."""
     from ..matrix import buildall
     from ..stages.compile import check_jobs
 
     check_jobs(jobs)
     check_jobs(compile_jobs, "--compile-jobs")
+    check_habits(max_jobs, cores)
+    if max_jobs is not None:
+        if jobs not in (1, max_jobs):
+            raise BuildError(f"--max-jobs {max_jobs} and --jobs {jobs} disagree",
+                             hint="both are the environments built at once: give one of them")
+        jobs = max_jobs
     use_scheduler(dist_scheduler)
     if via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
@@ -78,8 +90,13 @@ def build_all(
     if not specs:
         raise BuildError("no environment selected", file=mx.path, hint="check --only/--skip")
     strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
+    if variant is not None:  # exactly the environment that builds it
+        from ..matrix.choose import in_matrix
+        chosen = in_matrix(project, variant, specs).env
+        specs, strict = [s for s in specs if s.name == chosen], [chosen]
     opts = buildall.Options(jobs=jobs, build_dir=build_dir, envs_dir=envs_dir, via=via,
                             torch_index=torch_index, force=force, compile_jobs=compile_jobs,
+                            cores=cores, print_build_logs=print_build_logs,
                             strict=strict, locked=locked)
     progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
                         TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=err,
@@ -88,6 +105,9 @@ def build_all(
     last: dict[str, str] = {}
 
     def on_event(env: str, stage: str, fields: dict) -> None:
+        if stage == "output":  # -L: the build's own lines (`<variant>> …` for its compile)
+            progress.console.print(fields["line"], highlight=False, markup=False, soft_wrap=True)
+            return
         if stage == "done":
             r = fields["result"]
             progress.update(tasks[env], stage=r.status, completed=1, total=1)

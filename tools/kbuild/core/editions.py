@@ -8,17 +8,25 @@ Upstream's editions, as told apart by their keys (only edition 5 has an `edition
     3  `[general] backends`; `version` and `license` optional; no framework table means noarch
     4  `version`, `license` and one of [torch], [torch-noarch], [tvm-ffi] required
 Each step below turns edition N into N+1; the model then validates the edition 5 result. Data of
-the wrong shape is left as it is, for the model to report with its key.
+the wrong shape is left as it is, for the model to report with its key. The steps edit any
+mapping in place: parsed TOML in memory (`upgrade`), or tomlkit's document of the file, so that
+`update-build` changes only what the upgrade needs and keeps comments and layout
+(`upgrade_text`).
+
+Edition 4 differs from 5 only by the key: upstream reads it without a word, and so does every
+command here (`QUIET_FROM`); `kbuild check` notes it once, `update-build` adds the key.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from .backend import UNIVERSAL_BACKENDS as _UNIVERSAL, Backend
 
 CURRENT_EDITION = 5
+QUIET_FROM = 4  # editions read without a warning (the upgrade only adds `edition = 5`)
 LEGACY_DEFAULT_LICENSE = "apache-2.0"
 LEGACY_DEFAULT_VERSION = 1
 # Upstream gives a universal (pure-Python) kernel of editions 1-2 these backends.
@@ -65,10 +73,10 @@ def _v1_to_v2(data: dict, notes: list[str]) -> None:
     for name, kernel in list(_kernels(data).items()):
         if "backend" in kernel or kernel.get("language", "cuda") not in LANGUAGES:
             continue
-        language = kernel.pop("language", "cuda")
+        language = str(kernel.pop("language", "cuda"))
         kernel["backend"] = LANGUAGES[language]
         notes.append(f"kernel.{name}: language {language!r} became backend "
-                     f"{kernel['backend']!r}")
+                     f"{LANGUAGES[language]!r}")
         if language == "cuda-hipify" and f"{name}_rocm" not in kernels:
             rocm = {k: copy.deepcopy(v) for k, v in kernel.items()
                     if k in ("depends", "include", "src", "rocm-archs")}
@@ -87,8 +95,11 @@ def _v2_to_v3(data: dict, notes: list[str]) -> None:
     if (isinstance(deps, list) and "nvidia-cutlass-dsl" in deps and isinstance(cuda, dict)
             and isinstance(cuda.get("python-depends", []), list)):
         deps.remove("nvidia-cutlass-dsl")
-        general["cuda"] = cuda
-        cuda.setdefault("python-depends", []).append("nvidia-cutlass-dsl")
+        if "cuda" not in general:
+            general["cuda"] = {}
+        if "python-depends" not in general["cuda"]:  # read again: a document stores a copy
+            general["cuda"]["python-depends"] = []
+        general["cuda"]["python-depends"].append("nvidia-cutlass-dsl")
         notes.append("moved `nvidia-cutlass-dsl` to `general.cuda.python-depends`")
     universal = general.pop("universal", None)
     if universal is not None:
@@ -101,9 +112,9 @@ def _v2_to_v3(data: dict, notes: list[str]) -> None:
     if "backends" not in general:
         backends = sorted({k["backend"] for k in _kernels(data).values()
                            if isinstance(k.get("backend"), str)})
-        general["backends"] = backends or (UNIVERSAL_BACKENDS if universal is True
-                                           else DEFAULT_BACKENDS)
-        notes.append(f"set `general.backends = {general['backends']}`")
+        backends = backends or (UNIVERSAL_BACKENDS if universal is True else DEFAULT_BACKENDS)
+        general["backends"] = backends
+        notes.append(f"set `general.backends = {[str(b) for b in backends]}`")
 
 
 def _v3_to_v4(data: dict, notes: list[str]) -> None:
@@ -126,20 +137,59 @@ def _v3_to_v4(data: dict, notes: list[str]) -> None:
 STEPS = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
-def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Returns the manifest as edition 5 and the list of changes made to get there."""
-    general = raw.get("general")
-    if not isinstance(general, dict) or "edition" in general:
-        return raw, []  # edition 5, or a problem for the model to report
-    edition = detect_edition(raw)
-    data = copy.deepcopy(raw)
+def _upgrade_in_place(data: MutableMapping[str, Any]) -> list[str]:
+    """Edition N (no `edition` key) → 5, in place; the changes made, in words."""
+    edition = detect_edition(data)
     notes: list[str] = []
     for step in range(edition, CURRENT_EDITION - 1):
         STEPS[step](data, notes)
-    general = data["general"]
-    general["edition"] = CURRENT_EDITION
     notes.append(f"set `general.edition = {CURRENT_EDITION}` (was {edition})")
-    # Keep `name` and `edition` first for readability of rewritten files.
-    head = {k: general.pop(k) for k in ("name", "edition") if k in general}
-    data["general"] = {**head, **general}
+    return notes
+
+
+def older_edition_note(edition: int) -> str | None:
+    """What `kbuild check` says once of a manifest of an older edition (None: the current)."""
+    if edition >= CURRENT_EDITION:
+        return None
+    change = (f"adds `edition = {CURRENT_EDITION}`, the only difference" if edition >= QUIET_FROM
+              else "rewrites what changed since, keeping comments and layout")
+    return (f"build.toml is edition {edition}, read as edition {CURRENT_EDITION}; "
+            f"`kbuild update-build` {change}")
+
+
+def _needs_upgrade(raw: Mapping[str, Any]) -> bool:
+    general = raw.get("general")
+    return isinstance(general, dict) and "edition" not in general  # else edition 5, or a problem
+
+
+def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Returns the manifest as edition 5 and the list of changes made to get there."""
+    if not _needs_upgrade(raw):
+        return raw, []
+    data = copy.deepcopy(raw)
+    notes = _upgrade_in_place(data)
+    data["general"]["edition"] = CURRENT_EDITION
     return data, notes
+
+
+def upgrade_text(text: str) -> tuple[str, list[str]]:
+    """`build.toml`'s text as edition 5, edited in place: the keys and tables the upgrade
+    changes differ, every other line (comments, order, spacing) is the original's. `edition`
+    goes after `version` (else after `name`), where upstream writes it. The text must parse
+    (tomllib read it first); the result reads as `upgrade` of it."""
+    import tomlkit
+    from tomlkit.items import Table
+
+    doc = tomlkit.parse(text)
+    if not _needs_upgrade(doc):
+        return text, []
+    notes = _upgrade_in_place(doc)
+    general = doc["general"]
+    body = general.value.body if isinstance(general, Table) else []
+    keys = [key.key if key is not None else None for key, _ in body]
+    anchor = next((keys.index(k) for k in ("version", "name") if k in keys), None)
+    if anchor is not None and anchor + 1 < len(body):
+        general.value._insert_at(anchor + 1, "edition", CURRENT_EDITION)  # tomlkit has no public insert
+    else:
+        general["edition"] = CURRENT_EDITION
+    return doc.as_string(), notes

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
+from .layout import BUILDER_WRITES
 from .runner import capture
 
 
@@ -40,7 +41,7 @@ def _untracked_inputs(path: Path, inputs: list[Path]) -> bool:
 def git_state(path: Path, inputs: list[Path] | None = None) -> GitState | None:
     """The commit and tree of `path`; dirty when a tracked file under it changed or when one of
     the resolved `inputs` is not tracked (files git ignores that are no input, such as
-    __pycache__/ or build/, do not count)."""
+    __pycache__/, do not count, nor does what builds write: `BUILDER_WRITES`, even tracked)."""
     top = _git(path, "rev-parse", "--show-toplevel")
     commit = _git(path, "rev-parse", "HEAD") if top else None
     if not top or not commit:
@@ -49,7 +50,8 @@ def git_state(path: Path, inputs: list[Path] | None = None) -> GitState | None:
     tree = _git(path, "rev-parse", f"HEAD:{rel}" if rel != "." else "HEAD^{tree}")
     if not tree:  # the directory is not committed yet
         return None
-    status = _git(path, "status", "--porcelain", "--untracked-files=no", "--", ".")
+    builder = [f":(exclude,glob){pattern}" for pattern in BUILDER_WRITES]
+    status = _git(path, "status", "--porcelain", "--untracked-files=no", "--", ".", *builder)
     dirty = bool(status) or (bool(inputs) and _untracked_inputs(path, inputs or []))
     return GitState(commit=commit, dirty=dirty, tree=tree)
 

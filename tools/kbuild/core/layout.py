@@ -4,7 +4,8 @@
     PROJECT/pixi.toml               the environment matrix (optional)
     PROJECT/build/<variant>/        built variants (`metadata.json` marks one; its signature
                                     `metadata.json.sigstore` beside it once signed)
-    PROJECT/compile_commands.json   the last build's compile commands (for clangd, VS Code)
+    PROJECT/compile_commands.json   the last build's compile commands (for clangd, VS Code);
+                                    never over a file or link the builder did not write
     PROJECT/.kbuild/                everything generated (removed by `kbuild clean`):
         <variant>/                  generated build files, cmake-build/, build.log
         staging/                    variants being assembled, renamed into build/ when complete
@@ -14,6 +15,10 @@
         bench/                      `kbuild bench` results
         import/<module>             the variant a test run imports as `<module>` (a link)
         torch-installs.json         cache of inspected torch installations
+        compile_commands.sha256     the digest of the compile_commands.json the builder wrote
+
+What the builder writes into a project (`BUILDER_WRITES`) is never an input: git changes there
+do not make a build `_dirty` (core/gitinfo.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ BUILD_DIR = "build"
 WORK_DIR = ".kbuild"
 TORCH_EXT = "torch-ext"
 ENVS_DIR_VAR = "KBUILD_ENVS_DIR"
+COMPILE_COMMANDS = "compile_commands.json"
+# Git pathspecs, relative to a project, of what builds write there (compile_commands.json and
+# .kbuild/ in nested projects too; build/ at the project's root only: elsewhere it may be source).
+BUILDER_WRITES = (f"**/{COMPILE_COMMANDS}", f"**/{WORK_DIR}/**", f"{BUILD_DIR}/**")
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,13 @@ class Layout:
     @property
     def compile_commands(self) -> Path:
         """The last build's compile commands, where clangd and VS Code look for them."""
-        return self.root / "compile_commands.json"
+        return self.root / COMPILE_COMMANDS
+
+    @property
+    def compile_commands_mark(self) -> Path:
+        """The digest of the compile_commands.json the builder wrote last: only that file is
+        ever replaced (a user's own file, or a link, is left alone)."""
+        return self.work / "compile_commands.sha256"
 
     @property
     def torch_cache(self) -> Path:

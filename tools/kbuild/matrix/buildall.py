@@ -128,11 +128,13 @@ class Options:
     torch_index: bool = False
     force: bool = False
     compile_jobs: int | None = None
+    cores: int | None = None    # --cores: what each environment's build may use
+    print_build_logs: bool = False  # -L: every build's full output, as it comes
     strict: list[str] = field(default_factory=list)  # names asked for explicitly
     locked: bool = False        # PyPI path: every environment from its lock
 
 
-Event = Callable[[str, str, dict], None]  # (env, stage, fields)
+Event = Callable[[str, str, dict], None]  # (env, stage, fields); stage "output": {"line"} (-L)
 
 
 def builder_hash() -> str:
@@ -262,9 +264,15 @@ class Runner:
             self.event(spec.name, "done", {"result": result})
 
     def _build(self, real: realise.RealisedEnv, log: Path) -> int:
-        jobs = self.opts.compile_jobs or max(1, (os.cpu_count() or 1) // max(1, self.opts.jobs))
         args = ["build", str(self.project), "--build-dir", str(self.build_dir),
-                "--backend", real.spec.backend, "--jobs", str(jobs)]
+                "--backend", real.spec.backend]
+        if self.opts.cores is not None:  # the environment's budget, divided by its build
+            args += ["--cores", str(self.opts.cores)]
+        if self.opts.compile_jobs or self.opts.cores is None:
+            args += ["--jobs", str(self.opts.compile_jobs
+                                   or max(1, (os.cpu_count() or 1) // max(1, self.opts.jobs)))]
+        if self.opts.print_build_logs:
+            args.append("--print-build-logs")
         cmd, extra = self.realiser.build_command(real, args)
         if "KBUILD_COMPILER_CACHE" in os.environ:
             extra.pop("KBUILD_COMPILER_CACHE", None)
@@ -277,11 +285,15 @@ class Runner:
                 return 130
             proc = spawn_logged(cmd, log, env=env)
             self.children[name] = proc
+        shown = 0  # -L: how far the log has been shown
         try:
             while proc.poll() is None:
                 time.sleep(0.25)
                 if progress:
                     self._progress(name, log)
+                    shown = self._output(name, log, shown)
+            if progress:
+                self._output(name, log, shown, final=True)
         finally:
             with self.lock:
                 self.children.pop(name, None)
@@ -299,6 +311,22 @@ class Runner:
             if m:
                 self.event(name, "compiling", {"completed": int(m.group(1)), "total": int(m.group(2))})
                 return
+
+    def _output(self, name: str, log: Path, shown: int, final: bool = False) -> int:
+        """-L: the log's lines after `shown` (bytes) as "output" events; a line still being
+        written waits for its end (or for the process's end); returns how far it got."""
+        if not self.opts.print_build_logs:
+            return shown
+        try:
+            with log.open("rb") as f:
+                f.seek(shown)
+                data = f.read()
+        except OSError:
+            return shown
+        complete = data if final else data[:data.rfind(b"\n") + 1]
+        for line in complete.decode(errors="replace").splitlines():
+            self.event(name, "output", {"line": line})
+        return shown + len(complete)
 
     def interrupt(self) -> None:
         """Stops starting work and ends every child process group (SIGTERM, then SIGKILL)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -14,7 +13,6 @@ from typing import Callable
 
 from ..core.backend import Backend
 from ..core.errors import BuildError
-from ..core.layout import Layout
 from ..core.runner import capture, run_logged
 from . import configure_seed, dist, inputs, pch
 from .generate import BUILD_FOLDER
@@ -161,6 +159,14 @@ def check_jobs(jobs: int | None, option: str = "--jobs") -> None:
                               "build sizes it to the cores and memory")
 
 
+def check_cores(cores: int | None) -> None:
+    """--cores is 0 (all of this machine's, as nix reads it) or more."""
+    if cores is not None and cores < 0:
+        raise BuildError(f"--cores {cores} is not a number of cores",
+                         hint="give the cores one variant's build may use, e.g. --cores 8, or "
+                              "0 (the default) for all of this machine's")
+
+
 def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = None,
           memory_gib: float | None = None) -> Split:
     """Ninja jobs, nvcc threads and nvcc's split for `plan`. Without the split, as before it:
@@ -170,8 +176,10 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     twice its even share when every CUDA file runs at once (the light ones finish early and
     leave the heavy ones the cores), spent on threads first and the rest on `--split-compile`.
     nvcc runs × threads × split stays within the memory, and the other jobs (up to one per
-    core) compile C++ beside them. `jobs` (--jobs, capped by the memory),
-    $KBUILD_NVCC_THREADS and $KBUILD_NVCC_SPLIT=N override."""
+    core) compile C++ beside them. `cores` (--cores; 0 or None: this machine's) is the budget
+    divided, as kernel-builder's Nix build divides NIX_BUILD_CORES into Ninja jobs × nvcc
+    threads. `jobs` (--jobs, capped by the memory), $KBUILD_NVCC_THREADS and
+    $KBUILD_NVCC_SPLIT=N override."""
     check_jobs(jobs)
     cores = cores or _cores()
     memory = _memory_gib() if memory_gib is None else memory_gib
@@ -202,22 +210,22 @@ def split(plan: VariantPlan, jobs: int | None = None, *, cores: int | None = Non
     return Split(jobs, threads, cores, memory, cuda_files, min(nvcc_jobs, jobs), nvcc_split)
 
 
-def configure_args(plan: VariantPlan, src: Path, build: Path,
-                   jobs: int | None = None, precompiled_header: bool = False) -> list[str]:
+def configure_args(plan: VariantPlan, src: Path, build: Path, jobs: int | None = None,
+                   precompiled_header: bool = False, cores: int | None = None) -> list[str]:
     args = [_tool("cmake"), "-S", str(src), "-B", str(build), "-G", "Ninja",
             f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", "-DCMAKE_BUILD_TYPE=Release",
             f"-DCMAKE_CXX_COMPILER={find_cxx()}",
             # Skip CMake's probe compiles (ABI/feature detection): the plan supplies all flags.
             "-DCMAKE_CXX_COMPILER_FORCED=ON",
             f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}",
-            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # for editors: export_compile_commands
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # for editors (compile_commands.py)
     launcher = compiler_launcher()
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
     if plan.cuda:
         # CMake wants a default; each kernel target sets its own list of archs.
         probe_arch = next(iter(plan.kernel_archs.values()), ["7.5"])[0]
-        how = split(plan, jobs)
+        how = split(plan, jobs, cores=cores)
         args += [f"-DKB_NVCC_THREADS={how.nvcc_threads}", f"-DKB_NVCC_JOBS={how.nvcc_jobs}",
                  f"-DKB_NVCC_SPLIT={how.nvcc_split}",
                  f"-DCMAKE_CUDA_COMPILER={plan.cuda.nvcc}",
@@ -226,43 +234,6 @@ def configure_args(plan: VariantPlan, src: Path, build: Path,
         if launcher:
             args.append(f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}")
     return args
-
-
-def export_compile_commands(project: Path, works: list[Path]) -> Path | None:
-    """The compile commands of the variants just built, merged, written (atomically) to the
-    project's compile_commands.json, where clangd and VS Code's C/C++ extension look."""
-    entries: list[dict] = []
-    for work in works:
-        found = work / BUILD_FOLDER / "compile_commands.json"
-        try:
-            entries += [_without_pch(e) for e in json.loads(found.read_text(encoding="utf-8"))]
-        except (OSError, ValueError, AttributeError, TypeError):
-            continue
-    if not entries:
-        return None
-    target = Layout.of(project).compile_commands
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        return None  # a convenience: never fails a build
-    return target
-
-
-def _without_pch(entry: dict) -> dict:
-    """An entry without the precompiled torch header (a GCC .gch that clang cannot read: the
-    binding includes the same torch headers itself)."""
-    words = shlex.split(entry["command"])
-    kept: list[str] = []
-    for i, w in enumerate(words):
-        pch_include = w == "-include" and i + 1 < len(words) and words[i + 1].endswith(pch.HEADER)
-        if pch_include or (i and words[i - 1] == "-include" and w.endswith(pch.HEADER)):
-            continue
-        if w not in ("-Winvalid-pch", "-fpch-preprocess"):
-            kept.append(w)
-    return {**entry, "command": shlex.join(kept)}
 
 
 def configured_split(args: list[str]) -> int:
@@ -376,20 +347,22 @@ def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str,
 
 
 def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
-                    progress: Progress | None = None) -> Compiled:
+                    progress: Progress | None = None, cores: int | None = None) -> Compiled:
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
-    a scheduler configured, the compiles go through an sccache server of this build's own."""
+    a scheduler configured, the compiles go through an sccache server of this build's own.
+    `cores`: what the build may use (default: this machine's), divided by `split`."""
     launcher = compiler_launcher()
     remote = dist.for_launcher(launcher)
     if remote is None:
-        return _compile(plan, src, jobs, progress, launcher, None)
+        return _compile(plan, src, jobs, progress, launcher, None, cores)
     with dist.session(remote, launcher) as session:
-        compiled = _compile(plan, src, jobs, progress, launcher, session.env)
+        compiled = _compile(plan, src, jobs, progress, launcher, session.env, cores)
         return replace(compiled, dist=session.counts())
 
 
 def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress | None,
-             launcher: str | None, launcher_env: dict[str, str] | None) -> Compiled:
+             launcher: str | None, launcher_env: dict[str, str] | None,
+             cores: int | None = None) -> Compiled:
     def phase(name: str):
         if progress is None:
             return None
@@ -401,7 +374,7 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     log.write_text("")
     pch_off = pch.off_reason(plan, find_cxx(), launcher)
     env = cache_env(launcher, plan.project, pch_off is None) | (launcher_env or {})
-    args = configure_args(plan, src, build, jobs, pch_off is None)
+    args = configure_args(plan, src, build, jobs, pch_off is None, cores)
     nvcc_split = configured_split(args)
     stamp = build / "kbuild-configure.args"
     if build.is_dir() and (not stamp.is_file() or stamp.read_text() != "\n".join(args)):
@@ -409,7 +382,8 @@ def _compile(plan: VariantPlan, src: Path, jobs: int | None, progress: Progress 
     if not (build / "build.ninja").is_file():
         configure(args, src, build, log, env, phase("configure"))
         stamp.write_text("\n".join(args))
-    cmd = [_tool("cmake"), "--build", str(build), "--parallel", str(split(plan, jobs).jobs)]
+    cmd = [_tool("cmake"), "--build", str(build), "--parallel",
+           str(split(plan, jobs, cores=cores).jobs)]
     ninja_log = build / ".ninja_log"
     since = ninja_log.stat().st_size if ninja_log.is_file() else 0
     before = cache_counts(launcher, env)

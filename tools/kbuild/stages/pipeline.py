@@ -12,12 +12,14 @@ from typing import Callable
 
 from ..core import manifest as manifest_mod
 from ..core.backend import Backend
+from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.locking import locked
 from . import frameworks, pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
-from .compile import compile_variant, export_compile_commands, split
+from .compile import compile_variant, split
+from .compile_commands import export_compile_commands
 from .generate import generate
 from .loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
@@ -53,6 +55,7 @@ class Step:
 
 
 OnStep = Callable[[Step], None]
+OnOutput = Callable[[str, str], None]  # (variant, a line CMake, Ninja or a compiler printed)
 NINJA_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.*)$")
 NINJA_OBJECT = re.compile(r"^Building \w+ object CMakeFiles/[^/]+\.dir/(.+)\.o$")
 
@@ -76,8 +79,11 @@ def step_source(output: str, project: Path) -> str:
     return path[len(root):] if path.startswith(root) else m.group(1)
 
 
-def _compile_progress(plan: VariantPlan, on_step: OnStep, detail: str = ""):
+def _compile_progress(plan: VariantPlan, on_step: OnStep, detail: str = "",
+                      on_output: OnOutput | None = None):
     def progress(phase: str, line: str) -> None:
+        if line and on_output:
+            on_output(plan.name, line)
         if not line:
             on_step(Step(plan.name, "configure", "") if phase == "configure"
                     else Step(plan.name, "compile", detail))
@@ -98,8 +104,11 @@ def default_backends(manifest: manifest_mod.Manifest, torch: TorchInstall | None
 
 
 def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
-               on_step: OnStep | None = None, verify: bool = True) -> BuildResult:
-    """Builds one variant. `verify`: load a new extension before installing it (loadcheck)."""
+               on_step: OnStep | None = None, verify: bool = True, cores: int | None = None,
+               on_output: OnOutput | None = None) -> BuildResult:
+    """Builds one variant. `verify`: load a new extension before installing it (loadcheck).
+    `cores`: what its compile may use (compile.split); `on_output`: every line of the compile's
+    output, as it comes (--print-build-logs)."""
     start = time.monotonic()
     step = on_step or (lambda s: None)
     pyops.check_package(python_files(plan), plan.project)
@@ -112,9 +121,9 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
         with Loader(plan.torch.python, plan.torch.lib_dir) if plan.compiled and verify \
                 else nullcontext() as loader:
             if plan.compiled:
-                how = split(plan, jobs)
+                how = split(plan, jobs, cores=cores)
                 compiled = compile_variant(plan, work, jobs, _compile_progress(
-                    plan, step, f"({how})") if on_step else None)
+                    plan, step, f"({how})", on_output) if on_step or on_output else None, cores)
                 so, slowest = compiled.so, tuple((step_source(o, plan.project), t)
                                                  for o, t in compiled.slowest)
                 cache = str(compiled.cache) if compiled.cache else ""
@@ -167,12 +176,24 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           toolkit: Toolkit = Toolkit(), build_dir: Path | None = None, jobs: int | None = None,
-          warn: Log | None = None, on_step: OnStep | None = None,
-          verify: bool = True, local_capabilities: list[str] | None = None) -> list[BuildResult]:
+          warn: Log | None = None, note: Log | None = None, on_step: OnStep | None = None,
+          verify: bool = True, local_capabilities: list[str] | None = None,
+          variant: str | None = None, cores: int | None = None,
+          on_output: OnOutput | None = None) -> list[BuildResult]:
+    """Plans and builds the variants of `backends` (the torch's own by default), one after
+    another; `variant`: only that one (refused, before anything compiles, when the plans make
+    no such variant)."""
     build_dir = Layout.of(project, build_dir).build_dir
     made = plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
                  on_step=on_step, local_capabilities=local_capabilities)
-    results = [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify) for p in made]
+    if variant is not None:
+        if variant not in [p.name for p in made]:
+            raise BuildError(f"this build makes no variant {variant!r}",
+                             file=Layout.of(project).manifest, key="general.backends",
+                             hint="it makes " + ", ".join(p.name for p in made))
+        made = [p for p in made if p.name == variant]
+    results = [build_plan(p, build_dir, jobs, on_step=on_step, verify=verify, cores=cores,
+                          on_output=on_output) for p in made]
     export_compile_commands(project, [Layout.of(p.project).variant_work(p.name)
-                                      for p in made if p.compiled])
+                                      for p in made if p.compiled], note)
     return results

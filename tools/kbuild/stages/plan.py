@@ -324,6 +324,27 @@ def plan_variant(project: Path, manifest: Manifest, torch: TorchInstall, backend
     return frameworks.apply(plan)  # a stable-ABI project gets its torch-stable-abi variant
 
 
+def made_for(project: Path, manifest: Manifest, torch: TorchInstall | None) -> dict[str, Backend]:
+    """The variants a build for `torch` writes (by name), one per listed backend it can build:
+    every backend of a noarch project; else the compiled ones (CUDA with a CUDA torch), under
+    the stable-ABI name where the manifest asks for one and the torch is new enough."""
+    if manifest.is_noarch:
+        return {Variant.noarch(b).name: Backend(b) for b in manifest.general.backends}
+    made: dict[str, Backend] = {}
+    for backend in map(Backend, manifest.general.backends):
+        if torch is None or backend not in COMPILED_BACKENDS or (
+                backend == Backend.CUDA and not torch.cuda):
+            continue
+        variant = variant_of(torch, backend)
+        stable = frameworks.stable_abi_version(manifest, backend, project)
+        if stable is not None:
+            if (torch.torch_release.major, torch.torch_release.minor) < stable:
+                continue
+            variant = frameworks.stable_variant(variant, stable)
+        made[variant.name] = backend
+    return made
+
+
 def plan_noarch(project: Path, manifest: Manifest, backend: Backend) -> VariantPlan:
     project = project.resolve()
     backend = listed_backend(manifest, backend, project)

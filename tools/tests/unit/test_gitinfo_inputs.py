@@ -77,3 +77,27 @@ def test_input_outside_a_non_git_project_is_a_clean_error(tmp_path):
     resolved = [p.resolve() for p in (project / "build.toml", outside)]
     with pytest.raises(BuildError, match="secret.py is outside the project"):
         gitinfo.build_uid(project, resolved)  # and by the content hash itself
+
+
+def test_what_builds_write_is_never_a_dirty_input_even_tracked(repo):
+    """compile_commands.json, .kbuild/ and build/ committed by a user (their paths are this
+    machine's: a build anywhere else rewrites them) do not make the build `_dirty`; a source
+    edit still does."""
+    nested = repo / "examples" / "other"
+    nested.mkdir(parents=True)
+    written = [repo / "compile_commands.json", nested / "compile_commands.json",
+               repo / ".kbuild" / "x" / "build.log", nested / ".kbuild" / "y",
+               repo / "build" / "v" / "metadata.json"]
+    for path in written:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("[]\n")
+    _git(repo, "add", "-f", *map(str, written))
+    _git(repo, "commit", "-q", "-m", "build outputs, committed by mistake")
+    clean, state = uid(repo)
+    assert not state.dirty
+    for path in written:  # what a build elsewhere does to them
+        path.write_text('[{"directory": "/another/machine"}]\n')
+    assert uid(repo) == (clean, state)
+    source = repo / "csrc" / "img2gray_cpu.cpp"
+    source.write_text(source.read_text() + "// edited\n")
+    assert uid(repo)[0] == clean + "_dirty"

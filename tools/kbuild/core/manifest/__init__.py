@@ -172,7 +172,7 @@ def load(project: Path, *, warn=None) -> Manifest:
     raw = read_raw(project)
     edition = _edition(raw, path)
     upgraded, notes = editions.upgrade(raw)
-    if notes and warn:
+    if notes and warn and edition < editions.QUIET_FROM:  # edition 4 is read as upstream does
         warn(f"{path}: edition {edition} manifest upgraded in memory ({'; '.join(notes)}); "
              "run `kbuild update-build` to rewrite it")
     manifest = validate(upgraded, path)
