@@ -5,6 +5,7 @@ names the torch-ext/ file it was copied from."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from kbuild.stages import devtest, pipeline
 from kbuild_testing import make_project
@@ -53,9 +54,11 @@ def test_failures_point_at_torch_ext_and_set_the_status(tmp_path):
 def test_local_kernels_keeps_the_users_other_entries_and_replaces_ours(tmp_path):
     """kernels' own format (`repo=path` joined by `:`): the manifest's repo points at the build
     under test, entries for other repositories stay, a malformed one is refused by name, and a
-    path the format cannot carry is refused."""
+    path the format cannot carry (`:`) is refused; one with `=` is carried, and the loader's own
+    parser reads it back as that path."""
     import pytest
     from kbuild.core.errors import BuildError
+    from kernels.load import _parse_local_kernel_overrides
 
     here = tmp_path / "build" / "torch-cpu"
     assert devtest.local_kernels(None, "org/demo", here) == f"org/demo={here}"
@@ -64,8 +67,11 @@ def test_local_kernels_keeps_the_users_other_entries_and_replaces_ours(tmp_path)
         f"other/a=/x/a:other/b=/x/b:org/demo={here}"
     with pytest.raises(BuildError, match="entry 'nonsense' is not of the form repo=path"):
         devtest.local_kernels("nonsense", "org/demo", here)
-    with pytest.raises(BuildError, match="holds `:` or `=`"):
+    with pytest.raises(BuildError, match="holds `:`, which LOCAL_KERNELS cannot carry"):
         devtest.local_kernels(None, "org/demo", tmp_path / "a:b")
+    odd = tmp_path / "k=v" / "build=x"
+    value = devtest.local_kernels("other/a=/x/a=b", "org/demo", odd)
+    assert _parse_local_kernel_overrides(value) == {"other/a": Path("/x/a=b"), "org/demo": odd}
 
 
 def test_no_tests_collected_is_said_in_words():

@@ -13,6 +13,8 @@
         buildall/                   build-all fingerprints
         bench/                      `kbuild bench` results
         import/<module>             the variant a test run imports as `<module>` (a link)
+        tested/<digest>/<variant>   links to exactly the variants a test run loads, where
+                                    LOCAL_KERNELS points when there are several
         torch-installs.json         cache of inspected torch installations
 """
 
@@ -92,6 +94,12 @@ class Layout:
     def import_shim(self) -> Path:
         """The folder on a test run's PYTHONPATH: `<module>` links to the variant tested."""
         return self.work / "import"
+
+    @property
+    def tested(self) -> Path:
+        """Folders of links to exactly the variants a test run loads (LOCAL_KERNELS points at
+        one when a run loads several), never at build/ with whatever else it holds."""
+        return self.work / "tested"
 
     @property
     def compile_commands(self) -> Path:
