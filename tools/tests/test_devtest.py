@@ -4,9 +4,13 @@ names the torch-ext/ file it was copied from."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from kbuild.core.errors import BuildError
 from kbuild.stages import devtest, pipeline
 from kbuild_testing import make_project
 
@@ -56,8 +60,6 @@ def test_local_kernels_keeps_the_users_other_entries_and_replaces_ours(tmp_path)
     under test, entries for other repositories stay, a malformed one is refused by name, and a
     path the format cannot carry (`:`) is refused; one with `=` is carried, and the loader's own
     parser reads it back as that path."""
-    import pytest
-    from kbuild.core.errors import BuildError
     from kernels.load import _parse_local_kernel_overrides
 
     here = tmp_path / "build" / "torch-cpu"
@@ -78,3 +80,138 @@ def test_no_tests_collected_is_said_in_words():
     words = devtest.status_words(devtest.NO_TESTS_COLLECTED, ["-m", "kernels_ci"])
     assert words and "no tests collected" in words and "`-m kernels_ci`" in words
     assert devtest.status_words(0, []) is None and devtest.status_words(1, []) is None
+
+
+# --- what a test run loads: exactly the variants under test (issue 48) ------------------------
+
+LOADS = '''import kernels
+
+
+def test_get_kernel_gives_the_fresh_build():
+    k = kernels.get_kernel("org/demo", version=1, trust_remote_code=True)
+    assert k.MARK == "fresh", k.__file__
+
+
+def test_import_gives_the_fresh_build():
+    import demo
+    assert demo.MARK == "fresh", demo.__file__
+'''
+
+
+def clean_env(tmp_path, **extra: str) -> dict[str, str]:
+    """No Hub, no LOCAL_KERNELS or PYTHONPATH of the caller's."""
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "KERNELS_"))}
+    for var in ("LOCAL_KERNELS", "PYTHONPATH"):
+        env.pop(var, None)
+    return {**env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), **extra}
+
+
+def kbuild(*args, env: dict[str, str], cwd: Path):
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def this_torchs_cpu_variant() -> str:
+    from kbuild.core.backend import Backend
+    from kbuild.stages.plan import variant_of
+    from kbuild.stages.torch_install import read_torch_install
+    return variant_of(read_torch_install(sys.executable), Backend.CPU).name
+
+
+@pytest.fixture
+def with_leftover(tmp_path) -> Path:
+    """A noarch project built for cpu and cuda (marked "fresh"), and in its build/ a leftover
+    variant for this very torch (marked "stale"): an arch variant, which the loader prefers to
+    a noarch one."""
+    import shutil
+    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu", "cuda"]')
+    (project / "build.toml").write_text((project / "build.toml").read_text().replace(
+        "[torch-noarch]", '[general.hub]\nrepo-id = "org/demo"\n\n[torch-noarch]'))
+    (project / "torch-ext" / "demo" / "__init__.py").write_text('MARK = "fresh"\n')
+    (project / "tests").mkdir()
+    (project / "tests" / "test_loads.py").write_text(LOADS)
+    pipeline.build(project)
+    leftover = project / "build" / this_torchs_cpu_variant()
+    shutil.copytree(project / "build" / "torch-cpu", leftover)
+    (leftover / "__init__.py").write_text('MARK = "stale"\n')
+    return project
+
+
+def test_dev_loads_the_variants_it_built_never_a_leftover_the_loader_prefers(with_leftover, tmp_path):
+    import subprocess
+    project, env = with_leftover, clean_env(tmp_path)
+    # The loader, pointed at build/ (as kbuild dev did), picks the leftover: the test can fail.
+    control = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+         "--rootdir", str(project), str(project / "tests"), "-k", "get_kernel"],
+        env={**env, "LOCAL_KERNELS": f"org/demo={project / 'build'}"}, cwd=project,
+        capture_output=True, text=True, timeout=300)
+    assert control.returncode == 1 and "assert 'stale' == 'fresh'" in control.stdout, \
+        control.stdout[-3000:]
+
+    proc = kbuild("dev", env=env, cwd=project)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "2 passed" in proc.stdout
+    assert "tests load build/torch-cpu, build/torch-cuda (" in proc.stderr
+    tested = sorted((project / ".kbuild" / "tested").iterdir())
+    assert len(tested) == 1 and sorted(p.name for p in tested[0].iterdir()) == \
+        ["torch-cpu", "torch-cuda"]
+
+
+def test_test_at_one_variant_folder_tests_exactly_that_variant(with_leftover, tmp_path):
+    """`--build-dir build/<variant>`: that variant, though the loader would prefer another one
+    in build/; a variant the loader would not load here is refused in one line, with its
+    reason."""
+    import shutil
+    project, env = with_leftover, clean_env(tmp_path)
+    proc = kbuild("test", "--build-dir", "build/torch-cpu", env=env, cwd=project)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "tests load build/torch-cpu (" in proc.stderr and "2 passed" in proc.stdout
+
+    other = project / "build" / "torch212-cxx11-cpu-x86_64-linux"
+    shutil.copytree(project / "build" / "torch-cpu", other)
+    wrong = kbuild("test", "--build-dir", other, env=env, cwd=project)
+    lines = wrong.stderr.strip().splitlines()
+    assert wrong.returncode == 2 and lines[0].startswith("error: ") and len(lines) == 2, lines
+    assert "torch212-cxx11-cpu-x86_64-linux (Torch version (2.12) does not match" in lines[0]
+
+
+def test_an_import_link_in_the_way_is_named_and_no_temporary_link_stays(with_leftover):
+    project = with_leftover
+    shim = project / ".kbuild" / "import"
+    (shim / "demo").mkdir(parents=True)
+    (shim / "demo" / "mine.txt").write_text("not kbuild's\n")
+    tested = devtest.target(project, project / "build", [project / "build" / "torch-cpu"])
+    with pytest.raises(BuildError) as e:
+        devtest.loading_env(tested)
+    assert e.value.file == shim / "demo" and "is in the way" in e.value.message
+    assert sorted(p.name for p in shim.iterdir()) == ["demo"]  # the temporary link is gone
+    assert (shim / "demo" / "mine.txt").read_text() == "not kbuild's\n"
+
+
+def test_local_kernels_is_refused_before_anything_is_built(tmp_path):
+    project = make_project(tmp_path / "demo", '[general.hub]\nrepo-id = "org/demo"\n\n'
+                                              "[torch-noarch]\n", backends='["cpu"]')
+    (project / "tests").mkdir()
+    proc = kbuild("dev", env=clean_env(tmp_path, LOCAL_KERNELS="other/k=/x:nonsense"), cwd=project)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: key `LOCAL_KERNELS`: "
+                                                           "LOCAL_KERNELS entry 'nonsense' is "
+                                                           "not of the form repo=path"), proc.stderr
+    assert not (project / "build").exists() and "tests load" not in proc.stderr
+
+
+def test_an_interpreter_whose_last_line_is_not_the_answer_is_refused_in_one_line(with_leftover,
+                                                                                  tmp_path):
+    """`test --python PY` where PY prints a JSON value that is not select_variant.py's marked
+    answer (a wrapper printing `5`, `[]` or an unmarked object last)."""
+    for last in ("5", "[1, 2]", '{"chosen": ["torch-cpu"]}', "KBUILD-SELECT [1]"):
+        fake = tmp_path / f"python-{len(last)}"
+        fake.write_text(f"#!/bin/sh\necho '{last}'\n")
+        fake.chmod(0o755)
+        with pytest.raises(BuildError) as e:
+            devtest.select_variants(with_leftover, with_leftover / "build", str(fake))
+        assert "could not be asked which variant it loads (exit 0)" in e.value.message
+        assert "\n" not in e.value.message

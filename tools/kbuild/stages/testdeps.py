@@ -111,7 +111,7 @@ def declared(project: Path) -> list[str]:
                 req = Requirement(line)
                 why = "a URL or path is not read here" if req.url else None
             except InvalidRequirement as e:
-                why = f"not a requirement ({e})"
+                why = f"not a requirement ({str(e).splitlines()[0]})"
         if why:
             raise BuildError(f"line {number} `{raw.strip()}`: {why}", file=path,
                              hint="one package a line, as `name`, `name>=1.2` or "
