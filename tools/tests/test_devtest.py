@@ -215,3 +215,54 @@ def test_an_interpreter_whose_last_line_is_not_the_answer_is_refused_in_one_line
             devtest.select_variants(with_leftover, with_leftover / "build", str(fake))
         assert "could not be asked which variant it loads (exit 0)" in e.value.message
         assert "\n" not in e.value.message
+
+
+def test_an_empty_env_exits_2_with_one_error(tmp_path):
+    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu"]')
+    (project / "tests").mkdir()
+    proc = kbuild("test", "--env=", env=clean_env(tmp_path), cwd=project)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --env is empty\n")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 2
+
+
+CI_TESTS = '''import os
+
+import kernels
+import pytest
+
+
+@pytest.mark.kernels_ci
+def test_as_upstreams_ci_test_sets_it_up():
+    variant = os.environ["EXPECT_VARIANT"]
+    repo, _, path = os.environ["LOCAL_KERNELS"].partition("=")
+    assert repo == "org/demo" and os.path.realpath(path) == variant
+    assert variant in os.environ["PYTHONPATH"].split(os.pathsep)
+    k = kernels.get_kernel("org/demo", version=1, trust_remote_code=True)
+    assert os.path.realpath(os.path.dirname(k.__file__)) == variant
+'''
+
+
+def test_ci_tests_the_best_variant_alone_as_upstream_sets_it_up(with_leftover, tmp_path):
+    """`test --ci`: the best variant for this machine alone (here the arch variant, which the
+    loader prefers to the noarch ones), LOCAL_KERNELS=<repo>=<it> and the variant's folder on
+    PYTHONPATH as kernel-builder's ci-test sets them, `-m kernels_ci` (the two unmarked tests
+    are not run); without a marked test, exit 5 is a success said in words; without tests/, a
+    pass said in one line."""
+    project = with_leftover
+    best = project / "build" / this_torchs_cpu_variant()
+    env = clean_env(tmp_path, EXPECT_VARIANT=str(best))
+    none = kbuild("test", "--ci", env=env, cwd=project)
+    assert none.returncode == 0, (none.stdout + none.stderr)[-3000:]
+    assert f"tests load build/{best.name} (" in none.stderr
+    assert "no test is marked kernels_ci (pytest exit 5)" in none.stderr
+
+    (project / "tests" / "test_ci.py").write_text(CI_TESTS)
+    proc = kbuild("test", "--ci", env=env, cwd=project)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "1 passed, 2 deselected" in proc.stdout
+
+    import shutil
+    shutil.rmtree(project / "tests")
+    gone = kbuild("test", "--ci", env=env, cwd=project)
+    assert gone.returncode == 0 and gone.stderr.startswith("no tests/ folder in ") and \
+        len(gone.stderr.splitlines()) == 1

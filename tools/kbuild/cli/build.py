@@ -24,7 +24,7 @@ BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; defaul
 def named_env(value: str | None) -> str | None:
     """--env: a name, or left out; `--env ""` is refused, never taken for the default."""
     if value is not None and not value.strip():
-        raise BuildError("--env is empty", key="--env", hint="name an environment of pixi.toml "
+        raise BuildError("--env is empty", hint="name an environment of pixi.toml "
                          "(`kbuild envs` lists them), or leave --env out for the default")
     return value
 
