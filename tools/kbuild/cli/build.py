@@ -258,7 +258,8 @@ def test_tools(project: Path, tested, python: str | None, label: str) -> list[Pa
     """The tests' requirements (pytest, numpy, python-depends, flake.nix pythonCheckInputs,
     tests/requirements.txt) that the target interpreter lacks, installed beside its environment
     (never into it); their folders, for PYTHONPATH."""
-    from ..matrix.envs import envs_dir, test_tools as install
+    from ..matrix.envs import envs_dir
+    from ..matrix.testtools import test_tools as install
     from ..stages import testdeps
     needs = testdeps.test_needs(project, tested.variants, warn)
     return install(python or sys.executable, envs_dir(project), [n.requirement for n in needs],

@@ -10,7 +10,7 @@ kernel-builder's test interpreter holds (upstream's `ci-test`), and the project'
 - `tests/requirements.txt`: requirement lines (names, versions, markers) for projects without
   Nix; upstream ignores the file. Options, URLs and paths are refused.
 
-Nothing here installs anything: matrix/envs.py `test_tools` installs what the interpreter lacks,
+Nothing here installs anything: matrix/testtools.py `test_tools` installs what the interpreter lacks,
 beside its environment.
 """
 

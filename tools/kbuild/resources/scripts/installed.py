@@ -1,4 +1,4 @@
-"""Run by a target interpreter (matrix/envs.py test_tools): what its environment holds, to
+"""Run by a target interpreter (matrix/testtools.py): what its environment holds, to
 decide which of the tests' requirements it lacks. Answers with one line
 `KBUILD-INSTALLED <json object>`: {"python": "3.11", "markers": {PEP 508 marker values},
 "dists": {name: version}} (the first of a name on sys.path, the one an import finds)."""
