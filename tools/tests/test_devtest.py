@@ -266,3 +266,16 @@ def test_ci_tests_the_best_variant_alone_as_upstream_sets_it_up(with_leftover, t
     gone = kbuild("test", "--ci", env=env, cwd=project)
     assert gone.returncode == 0 and gone.stderr.startswith("no tests/ folder in ") and \
         len(gone.stderr.splitlines()) == 1
+
+
+def test_tracebacks_through_the_tested_links_point_at_torch_ext(with_leftover):
+    """The loader imports the variants through `.kbuild/tested/…`: those paths map too."""
+    project = with_leftover
+    variants = [project / "build" / "torch-cpu", project / "build" / "torch-cuda"]
+    for chosen in (variants, variants[:1]):
+        tested = devtest.target(project, project / "build", chosen)
+        devtest.loading_env(tested)
+        linked = tested.local_path / "torch-cpu" if len(chosen) > 1 else tested.local_path
+        rewrite = devtest.path_rewriter(devtest.source_map(project, project / "build"))
+        assert rewrite(f'  File "{linked}/__init__.py", line 1\n') == \
+            f'  File "{project / "torch-ext" / "demo" / "__init__.py"}", line 1\n'
