@@ -4,8 +4,8 @@ environment, never into it (kernels-community's einops failed under `kbuild test
 
 Offline and without a large environment: the target is a virtual environment that sees the
 builder's own packages but numpy (a folder of links to them), and pip is pointed at a local
-folder of wheels alone: numpy's is made from the numpy installed here (its own files), the
-project's check inputs are two small wheels made here."""
+folder of wheels alone: numpy's (and pytest's, for a matrix environment) is made from the one
+installed here (its own files), the project's check inputs are two small wheels made here."""
 
 from __future__ import annotations
 
@@ -41,11 +41,13 @@ def test_the_requirements_are_there():
 '''
 
 
-def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: str) -> Path:
-    """A wheel of `files` (archive path → bytes) with its dist-info and RECORD."""
+def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: str,
+          meta: str | None = None) -> Path:
+    """A wheel of `files` (archive path → bytes) with its dist-info (`meta`: METADATA's text)
+    and RECORD."""
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
-    files = {**files, f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
-                                          f"Version: {version}\n".encode(),
+    files = {**files, f"{dist}/METADATA": (meta or f"Metadata-Version: 2.1\nName: {name}\n"
+                                                   f"Version: {version}\n").encode(),
              f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: kbuild-tests\nRoot-Is-Purelib: "
                               f"{'true' if tag.startswith('py3') else 'false'}\nTag: {tag}\n".encode()}
     record = io.StringIO()
@@ -62,14 +64,16 @@ def wheel(folder: Path, name: str, version: str, files: dict[str, bytes], tag: s
 
 
 def wheel_of_installed(folder: Path, name: str) -> Path:
-    """The installed distribution `name` as a wheel of its own files (its RECORD's)."""
+    """The installed distribution `name` as a wheel of its own files (its RECORD's) and
+    metadata (its dependencies included)."""
     dist = metadata.distribution(name)
     tag = next(line.split(": ", 1)[1] for line in dist.read_text("WHEEL").splitlines()
                if line.startswith("Tag: "))
     files = {str(f): Path(dist.locate_file(f)).read_bytes() for f in dist.files
              if ".dist-info/" not in str(f) and "__pycache__" not in str(f)
              and not str(f).startswith("..")}
-    return wheel(folder, dist.metadata["Name"], dist.version, files, tag)
+    return wheel(folder, dist.metadata["Name"], dist.version, files, tag,
+                 dist.read_text("METADATA"))
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +104,8 @@ def without_numpy(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wheels")
-    wheel_of_installed(folder, "numpy")
+    for name in ("numpy", "pytest", "pluggy", "iniconfig", "pygments", "packaging"):
+        wheel_of_installed(folder, name)  # pytest and its own, for an environment without it
     for name, version, value in (("testdep-marker", "1.0", 1), ("testdep-marker", "2.0", 1),
                                  ("testdep-extra", "1.5", 2)):
         wheel(folder, name, version, {f"{name.replace('-', '_')}/__init__.py":
@@ -157,3 +162,29 @@ def test_the_tests_get_numpy_and_their_declared_packages_beside_the_environment(
     assert clash.returncode == 2 and lines[-2].startswith("error: the tests' requirements") and \
         "need testdep-marker 2.0, and the environment of" in lines[-2] and \
         "holds testdep-marker 1.0" in lines[-2], clash.stderr
+
+
+def test_a_matrix_environment_gets_numpy_beside_it(tmp_path, cuda_python, wheels):
+    """The issue's path: `kbuild test --env torch214-cu130` (a locked environment: torch with
+    CUDA, kernels, no numpy) of a noarch project whose tests import numpy and a flake's check
+    input. The environment is realised by the fixture; the test run itself is offline."""
+    from kbuild_testing import CUDA_ENV, envs_folder
+    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu", "cuda"]')
+    (project / "torch-ext" / "demo" / "__init__.py").write_text('MARK = "built"\n')
+    (project / "flake.nix").write_text(
+        "{ outputs = { self, kernel-builder }: kernel-builder.lib.genKernelFlakeOutputs {\n"
+        "    inherit self; path = ./.;\n"
+        "    pythonCheckInputs = pkgs: with pkgs; [ testdep-marker testdep-extra ];\n  }; }\n")
+    (project / "tests").mkdir()
+    (project / "tests" / "test_needs.py").write_text(TESTS)
+    pipeline.build(project)
+    lacks = subprocess.run([cuda_python, "-c", "import numpy"], capture_output=True, text=True)
+    assert "No module named 'numpy'" in lacks.stderr
+
+    env = {**offline(tmp_path, wheels), "KBUILD_ENVS_DIR": str(envs_folder())}
+    proc = subprocess.run([sys.executable, "-m", "kbuild", "test", "--env", CUDA_ENV], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "tests load build/torch-cuda (" in proc.stderr and "1 passed" in proc.stdout
+    again = subprocess.run([cuda_python, "-c", "import numpy"], capture_output=True, text=True)
+    assert again.returncode == 1  # the locked environment is as it was
