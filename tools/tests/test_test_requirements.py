@@ -122,6 +122,23 @@ def offline(tmp_path: Path, wheels: Path) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1"}
 
 
+def built_project(tmp_path: Path, backends: str, check_inputs: str,
+                  requirements: str | None = None) -> Path:
+    """A noarch project whose tests import numpy and the two small packages: `check_inputs` is
+    flake.nix's pythonCheckInputs, `requirements` tests/requirements.txt."""
+    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends=backends)
+    (project / "torch-ext" / "demo" / "__init__.py").write_text('MARK = "built"\n')
+    (project / "flake.nix").write_text(
+        "{ outputs = { self, kernel-builder }: kernel-builder.lib.genKernelFlakeOutputs {\n"
+        f"    inherit self; path = ./.;\n    pythonCheckInputs = {check_inputs};\n  }}; }}\n")
+    (project / "tests").mkdir()
+    if requirements is not None:
+        (project / "tests" / "requirements.txt").write_text(requirements)
+    (project / "tests" / "test_needs.py").write_text(TESTS)
+    pipeline.build(project)
+    return project
+
+
 def kbuild_test(project: Path, python: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kbuild", "test", "--python", str(python)],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
@@ -129,16 +146,8 @@ def kbuild_test(project: Path, python: Path, env: dict[str, str]) -> subprocess.
 
 def test_the_tests_get_numpy_and_their_declared_packages_beside_the_environment(
         tmp_path, without_numpy, wheels):
-    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu"]')
-    (project / "torch-ext" / "demo" / "__init__.py").write_text('MARK = "built"\n')
-    (project / "flake.nix").write_text(
-        '{ outputs = { self, kernel-builder }: kernel-builder.lib.genKernelFlakeOutputs {\n'
-        '    inherit self; path = ./.;\n    pythonCheckInputs = ps: with ps; [ testdep-marker ];\n'
-        '  }; }\n')
-    (project / "tests").mkdir()
-    (project / "tests" / "requirements.txt").write_text("testdep-extra>=1.0\n")
-    (project / "tests" / "test_needs.py").write_text(TESTS)
-    pipeline.build(project)
+    project = built_project(tmp_path, '["cpu"]', "ps: with ps; [ testdep-marker ]",
+                            requirements="testdep-extra>=1.0\n")
     env = offline(tmp_path, wheels)
 
     proc = kbuild_test(project, without_numpy, env)
@@ -169,15 +178,8 @@ def test_a_matrix_environment_gets_numpy_beside_it(tmp_path, cuda_python, wheels
     CUDA, kernels, no numpy) of a noarch project whose tests import numpy and a flake's check
     input. The environment is realised by the fixture; the test run itself is offline."""
     from kbuild_testing import CUDA_ENV, envs_folder
-    project = make_project(tmp_path / "demo", "[torch-noarch]\n", backends='["cpu", "cuda"]')
-    (project / "torch-ext" / "demo" / "__init__.py").write_text('MARK = "built"\n')
-    (project / "flake.nix").write_text(
-        "{ outputs = { self, kernel-builder }: kernel-builder.lib.genKernelFlakeOutputs {\n"
-        "    inherit self; path = ./.;\n"
-        "    pythonCheckInputs = pkgs: with pkgs; [ testdep-marker testdep-extra ];\n  }; }\n")
-    (project / "tests").mkdir()
-    (project / "tests" / "test_needs.py").write_text(TESTS)
-    pipeline.build(project)
+    project = built_project(tmp_path, '["cpu", "cuda"]',
+                            "pkgs: with pkgs; [ testdep-marker testdep-extra ]")
     lacks = subprocess.run([cuda_python, "-c", "import numpy"], capture_output=True, text=True)
     assert "No module named 'numpy'" in lacks.stderr
 

@@ -13,8 +13,8 @@
         buildall/                   build-all fingerprints
         bench/                      `kbuild bench` results
         import/<module>             the variant a test run imports as `<module>` (a link)
-        tested/<digest>/<variant>   links to exactly the variants a test run loads, where
-                                    LOCAL_KERNELS points when there are several
+        tested/<digest>             where a test run's LOCAL_KERNELS points: a link to the one
+                                    variant it loads, or a folder of links to each of several
         torch-installs.json         cache of inspected torch installations
 """
 
@@ -97,8 +97,8 @@ class Layout:
 
     @property
     def tested(self) -> Path:
-        """Folders of links to exactly the variants a test run loads (LOCAL_KERNELS points at
-        one when a run loads several), never at build/ with whatever else it holds."""
+        """Links to exactly the variants a test run loads, where its LOCAL_KERNELS points (never
+        at build/, with whatever else it holds)."""
         return self.work / "tested"
 
     @property
