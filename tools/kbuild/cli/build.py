@@ -296,8 +296,11 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
 
     The tests load the build just made however they load the kernel: `get_kernel(REPO_ID, ...)`
     of the manifest's general.hub.repo-id resolves to it (LOCAL_KERNELS), and `import MODULE`
-    imports it. Arguments after `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks
-    through the built package point at its torch-ext/ sources."""
+    imports it, and nothing else in build/ can be picked instead. What the tests need and the
+    interpreter lacks (pytest, numpy, python-depends, flake.nix pythonCheckInputs,
+    tests/requirements.txt) is installed beside its environment, never into it. Arguments after
+    `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks through the built package point
+    at its torch-ext/ sources."""
     from ..stages import devtest
     from ..stages.compile import check_jobs
     check_jobs(jobs)
