@@ -21,8 +21,17 @@ PythonOpt = Annotated[Optional[str], typer.Option(
     help="Interpreter whose torch to build against; default: this one if it has torch, else "
          "the active environment's ($VIRTUAL_ENV, $CONDA_PREFIX).")]
 BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
+def named_env(value: str | None) -> str | None:
+    """--env: a name, or left out; `--env ""` is refused, never taken for the default."""
+    if value is not None and not value.strip():
+        raise BuildError("--env is empty", hint="name an environment of pixi.toml "
+                         "(`kbuild envs` lists them), or leave --env out for the default")
+    return value
+
+
 EnvOpt = Annotated[Optional[str], typer.Option(
-    "--env", "-e", help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
+    "--env", "-e", callback=named_env,
+    help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
 CudaHomeOpt = Annotated[Optional[Path], typer.Option(
     "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
                         "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
@@ -313,7 +322,7 @@ def realised_python(project: Path, env: str | None, python: str | None, *,
                     compiler: bool = True) -> tuple[str | None, Path | None]:
     """--env: the environment's interpreter (and CUDA root), realised from its lock; else
     --python (or the active environment's)."""
-    if not env:
+    if named_env(env) is None:
         return target_python(python), None
     if python:
         raise BuildError("--env and --python exclude each other")
@@ -322,21 +331,32 @@ def realised_python(project: Path, env: str | None, python: str | None, *,
     return str(real.python), real.cuda_home
 
 
-def test_tools(project: Path, env: str | None, python: str | None) -> Path | None:
-    """pytest for a matrix environment (its lock pins torch and kernels, not pytest)."""
-    if not env:
-        return None
-    from ..matrix.envs import envs_dir, test_tools as tools
-    return tools(python or sys.executable, envs_dir(project), log=lambda m: note(f"{env}: {m}"))
+def test_tools(project: Path, tested, python: str | None, label: str) -> list[Path]:
+    """The tests' requirements (pytest, numpy, python-depends, flake.nix pythonCheckInputs,
+    tests/requirements.txt) that the target interpreter lacks, installed beside its environment
+    (never into it); their folders, for PYTHONPATH."""
+    from ..matrix.envs import envs_dir
+    from ..matrix.testtools import test_tools as install
+    from ..stages import testdeps
+    needs = testdeps.test_needs(project, tested.variants, warn)
+    return install(python or sys.executable, envs_dir(project), [n.requirement for n in needs],
+                   log=lambda m: note(f"{label}: {m}"))
 
 
-def pytest_status(code: int, args: list[str]) -> None:
-    """pytest's exit status becomes ours; one it does not explain itself is said in words."""
+def run_project_tests(project: Path, tested, python: str | None, tools: list[Path],
+                      args: list[str]) -> None:
+    """The tests, after every check and link (nothing is said to load before it can), and
+    pytest's exit status as ours; one it does not explain itself is said in words. `--ci`: no
+    test selected (exit 5) is a success, as in upstream's ci-test."""
     from ..stages import devtest
-    words = devtest.status_words(code, args)
+    env = devtest.loading_env(tested, tools=tools)
+    note(tested.describe())
+    code = devtest.run_tests(project, python, args, write=write_through, color=out.is_terminal,
+                             tested=tested, env=env)
+    words = devtest.status_words(code, args, ci=tested.ci)
     if words:
         err.print(words, highlight=False, markup=False, soft_wrap=True)
-    raise typer.Exit(code)
+    raise typer.Exit(0 if tested.ci and code == devtest.NO_TESTS_COLLECTED else code)
 
 
 def write_through(text: str) -> None:  # pytest's own output, colours and all
@@ -348,29 +368,35 @@ def write_through(text: str) -> None:  # pytest's own output, colours and all
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
         python: PythonOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
         jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
-        cuda_capabilities: CapsOpt = None) -> None:
+        cuda_capabilities: CapsOpt = None, variant: VariantOpt = None,
+        print_build_logs: PrintLogsOpt = False, max_jobs: MaxJobsOpt = None,
+        cores: CoresOpt = None) -> None:
     """The fast loop: rebuild what changed, then run the project's tests/ against that build.
 
     The tests load the build just made however they load the kernel: `get_kernel(REPO_ID, ...)`
     of the manifest's general.hub.repo-id resolves to it (LOCAL_KERNELS), and `import MODULE`
-    imports it. Arguments after `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks
-    through the built package point at its torch-ext/ sources."""
+    imports it, and nothing else in build/ can be picked instead. What the tests need and the
+    interpreter lacks (pytest, numpy, python-depends, flake.nix pythonCheckInputs,
+    tests/requirements.txt) is installed beside its environment, never into it. Arguments after
+    `--` go to pytest: `kbuild dev -- -k name -x`. Tracebacks through the built package point
+    at its torch-ext/ sources."""
     from ..stages import devtest
     from ..stages.compile import check_jobs
     check_jobs(jobs)
+    check_habits(max_jobs, cores)
     devtest.require_tests(project)
+    devtest.check_local_kernels(project)  # before the build, not after it
+    backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
-                        cuda_capabilities=cuda_capabilities)
+                        cuda_capabilities=cuda_capabilities, variant=variant, cores=cores,
+                        print_build_logs=print_build_logs)
     if not results:
         raise BuildError("nothing was built to test", file=project / MANIFEST,
                          key="general.backends", hint="list a backend this torch can build")
     tested = devtest.target(project, Layout.of(project).build_dir, own_backend_first(results, python))
-    tools = test_tools(project, env, python)
-    note(tested.describe())
-    args = ctx.meta.get("pytest_args", [])
-    pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested, tools=tools), args)
+    tools = test_tools(project, tested, python, env or "tests")
+    run_project_tests(project, tested, python, tools, ctx.meta.get("pytest_args", []))
 
 
 def own_backend_first(results: list, python: str | None) -> list[Path]:
@@ -386,22 +412,33 @@ def own_backend_first(results: list, python: str | None) -> list[Path]:
 
 
 @app.command("test", cls=PassThroughCommand)
-def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
+def test_(ctx: typer.Context, project: ProjectArg = Path("."), build_dir: Annotated[Optional[Path], typer.Option(
+              help="The build to test: a folder of variants (default: PROJECT/build), or one "
+                   "variant's folder.")] = None,
           python: PythonOpt = None, env: Annotated[Optional[str], typer.Option(
-              "--env", "-e", help="Test in this environment of pixi.toml, realised from PyPI "
-                                  "(from its lock), without its compiler.")] = None) -> None:
+              "--env", "-e", callback=named_env, help="Test in this environment of pixi.toml, "
+              "realised from PyPI (from its lock), without its compiler.")] = None,
+          ci: Annotated[bool, typer.Option(
+              "--ci", help="As kernel-builder's `ci-test`: pass without tests/, run only the "
+                           "tests marked kernels_ci (`-m kernels_ci -p no:cacheprovider`) against "
+                           "the best variant for this machine, and count \"no test selected\" "
+                           "(pytest exit 5) as success.")] = False) -> None:
     """Run the project's tests/ against a build that exists, without compiling anything.
 
     The variant is the one the `kernels` loader of PYTHON (or --env) would load from BUILD_DIR;
-    the tests load it as `kbuild dev` sets up (LOCAL_KERNELS and `import MODULE`). Runs where no
-    compiler is installed (a GPU runner that receives the built variants). Arguments after `--`
-    go to pytest: `kbuild test -- -m kernels_ci`. Exits with pytest's status."""
+    the tests load it as `kbuild dev` sets up (LOCAL_KERNELS and `import MODULE`). What the
+    tests need and the interpreter lacks (pytest, numpy, python-depends, flake.nix
+    pythonCheckInputs, tests/requirements.txt) is installed beside its environment, never into
+    it. Runs where no compiler is installed (a GPU runner that receives the built variants).
+    Arguments after `--` go to pytest: `kbuild test -- -k name`. Exits with pytest's status."""
     from ..stages import devtest
+    if ci and not devtest.has_tests(project):
+        note(f"no tests/ folder in {project.resolve()}: nothing to test, which passes (as "
+             "kernel-builder's ci-test)")
+        return
     devtest.require_tests(project)
+    devtest.check_local_kernels(project)
     python, _ = realised_python(project, env, python, compiler=False)
-    tested = devtest.select_variants(project, Layout.of(project, build_dir).build_dir, python)
-    tools = test_tools(project, env, python)
-    note(tested.describe())
-    args = ctx.meta.get("pytest_args", [])
-    pytest_status(devtest.run_tests(project, python, args, write=write_through,
-                                    color=out.is_terminal, tested=tested, tools=tools), args)
+    tested = devtest.select_variants(project, Layout.of(project, build_dir).build_dir, python, ci=ci)
+    tools = test_tools(project, tested, python, env or "tests")
+    run_project_tests(project, tested, python, tools, ctx.meta.get("pytest_args", []))

@@ -14,6 +14,8 @@
         buildall/                   build-all fingerprints
         bench/                      `kbuild bench` results
         import/<module>             the variant a test run imports as `<module>` (a link)
+        tested/<digest>             where a test run's LOCAL_KERNELS points: a link to the one
+                                    variant it loads, or a folder of links to each of several
         torch-installs.json         cache of inspected torch installations
         compile_commands.sha256     the digest of the compile_commands.json the builder wrote
 
@@ -101,6 +103,12 @@ class Layout:
     def import_shim(self) -> Path:
         """The folder on a test run's PYTHONPATH: `<module>` links to the variant tested."""
         return self.work / "import"
+
+    @property
+    def tested(self) -> Path:
+        """Links to exactly the variants a test run loads, where its LOCAL_KERNELS points (never
+        at build/, with whatever else it holds)."""
+        return self.work / "tested"
 
     @property
     def compile_commands(self) -> Path:

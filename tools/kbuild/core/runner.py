@@ -9,6 +9,7 @@
 - `stream`: a program whose output the caller shows line by line as it comes (a test run).
 - `call`: a program that shares this terminal (interactive, or whose output is the result).
 - `Worker`: a long-lived program asked one line at a time (saves its start-up per question).
+- `marked_answer`: the answer line of a script run in a target interpreter.
 """
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ def capture(cmd: list[str], *, cwd: Path | str | None = None, input: str | None 
                               timeout=timeout, env=None if env is None else dict(env))
     except OSError as e:
         return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: {e.strerror or e}")
+
+
+def marked_answer(stdout: str, marker: str) -> dict | None:
+    """The JSON object on the last line of a program's output that starts with `marker` (how
+    the scripts run in a target interpreter answer); None when there is none, or it is not an
+    object. Whatever else the program printed is never taken for the answer."""
+    lines = [line for line in stdout.splitlines() if line.startswith(marker)]
+    try:
+        answer = json.loads(lines[-1][len(marker):]) if lines else None
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 def _header(cmd: list[str]) -> str:

@@ -4,7 +4,8 @@ Layout under the envs folder (default `<project>/.kbuild/envs`, or $KBUILD_ENVS_
   <env>/             venv with the pinned torch (+ the environment's other PyPI requirements)
   toolkit-cu130/     venv with NVIDIA's toolkit wheels, shared by every torch on that toolkit, so
                      compile command lines of torch-free kernels are identical across torch versions
-  _tools/            sccache, when the builder's own environment lacks it
+  _tools/            sccache, when the builder's own environment lacks it; test-…/: what a
+                     project's tests need and an interpreter lacks (testtools.py)
 Each holds a stamp (`kbuild-env.json`) written last; a folder whose stamp is missing or whose pins
 changed is rebuilt. An environment (and a toolkit) with a current lock in pixi.toml's locks/ is
 installed from it exactly (lock.py, lockfile.py; the stamp records the lock's hash); without one, its
@@ -16,12 +17,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,7 +30,7 @@ from packaging.version import Version
 from ..core.errors import BuildError
 from ..core.envstamp import STAMP, read_stamp  # noqa: F401  (re-exported)
 from ..core.locking import locked
-from ..core.runner import Timeout, capture
+from ..core.runner import Timeout
 from ..core.layout import Layout
 from ..stages.toolchain import find_toolkit, nvcc_version
 from ..stages.torch_install import read_torch_install
@@ -400,32 +399,6 @@ def realise_env(project: Path, name: str, *, log: Log = lambda _: None,
         log(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
     return realise(mx.get(name), envs_dir(project), log=log, log_dir=Layout.of(project).logs,
                    compiler=compiler)
-
-
-def test_tools(python: str, folder: Path, log: Log = lambda _: None) -> Path | None:
-    """pytest for an environment whose lock holds none (a matrix environment pins torch and
-    kernels only): a folder of its own, put on the test run's PYTHONPATH, so the locked
-    environment stays as locked. None when `python` has pytest already."""
-    if capture([python, "-c", "import pytest"], timeout=120).returncode == 0:
-        return None
-    try:
-        pin = f"pytest=={metadata.version('pytest')}"
-    except metadata.PackageNotFoundError:
-        pin = "pytest"
-    version = capture([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                      timeout=60).stdout.strip()
-    target = folder / "_tools" / f"test-py{version}-{pin.replace('==', '-')}"
-    with locked(target.with_name(target.name + ".lock")):
-        if (target / STAMP).is_file():
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        log(f"installing {pin} for the tests (not in the environment's lock)")
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        installer().install_target(staging, python, [pin], folder / "logs" / "tools.log")
-        (staging / STAMP).write_text(json.dumps({"key": pin}) + "\n")
-        os.replace(staging, target)
-    return target
 
 
 def env_key(spec: EnvSpec, folder: Path) -> str | None:

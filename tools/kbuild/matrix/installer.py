@@ -232,6 +232,48 @@ class Installer:
                    "--disable-pip-version-check", "--target", str(target), *requirements]
         run(cmd, log_file, "installing " + " ".join(requirements), env=self._env())
 
+    @staticmethod
+    def install_beside(python: str, prefix: Path, requirements: list[str], holds: dict[str, str],
+                       log_file: Path) -> list[str]:
+        """What `requirements` add to the environment of `python` (whose distributions are
+        `holds`, canonical name → version), installed under `prefix` and never into that
+        environment; returns the pins installed. pip does it for any installer: run against
+        `python` (`pip --python`), it resolves against what the environment holds (uv's
+        --target and --prefix ignore it and would add a second torch). A dry run says what
+        would be added; a package the environment holds at another version is refused, and
+        only the rest is installed, each at its resolved version, without dependencies."""
+        import importlib.util
+        if importlib.util.find_spec("pip") is None:
+            raise BuildError(f"pip is missing from kbuild's own environment ({sys.executable}); "
+                             f"it installs the tests' {', '.join(requirements)} beside the "
+                             "environment", hint="pip install pip (where kbuild is installed)")
+        pip = [sys.executable, "-m", "pip", "--python", python]
+        quiet = ["--no-input", "--disable-pip-version-check", "--quiet"]
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "report.json"
+            proc = capture([*pip, "install", *quiet, "--dry-run", "--report", str(report),
+                            *requirements], timeout=600)
+            if proc.returncode != 0:
+                raise BuildError(f"the tests' requirements ({', '.join(requirements)}) could not "
+                                 f"be resolved for {python}: {_last_error(proc.stderr)}",
+                                 hint="check pip's index configuration (`pip config list`), or "
+                                      "install them into the environment")
+            plan = [(i["metadata"]["name"], i["metadata"]["version"])
+                    for i in json.loads(report.read_text())["install"]]
+        for name, version in plan:
+            held = holds.get(canonicalize_name(name))
+            if held is not None:
+                raise BuildError(f"the tests' requirements ({', '.join(requirements)}) need "
+                                 f"{name} {version}, and the environment of {python} holds "
+                                 f"{name} {held}; kbuild does not change an environment",
+                                 hint="add the requirement to the environment (pixi.toml, then "
+                                      "`kbuild lock`), or relax it")
+        pins = [f"{name}=={version}" for name, version in plan]
+        if pins:
+            run([*pip, "install", *quiet, "--no-deps", "--no-warn-script-location", "--prefix",
+                 str(prefix), *pins], log_file, "installing " + " ".join(pins), env=None)
+        return pins
+
     def resolve(self, requirement: str, extra_indexes: list[str] = ()) -> dict[str, str]:
         """{name: version} of everything `requirement` resolves to here (metadata only)."""
         if self.kind == "uv":

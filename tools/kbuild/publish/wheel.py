@@ -20,7 +20,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -33,13 +32,13 @@ from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.layout import BUILD_DIR, MANIFEST, METADATA
 from ..core.metadata import VariantMetadata
+from ..core.pydeps import pypi_names
 from ..core.variant import Variant, VariantError
 from .hub import REPO_TYPE, HubClient, check_endpoint
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
 MANYLINUX = "manylinux_2_28"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # a bare PyPI name
 
 Log = Callable[[str], None]
 
@@ -89,23 +88,8 @@ def wheel_tags(variant: str) -> WheelTags:
 
 
 def _python_requirements(meta: VariantMetadata, path: Path) -> list[str]:
-    """PyPI names of metadata `python-depends` (kernels' own table; the name itself otherwise,
-    which must then be a bare name: no version, URL or marker comes from metadata.json)."""
-    table: dict = {}
-    try:
-        from importlib import resources
-        table = json.loads((resources.files("kernels") / "python_depends.json").read_text())
-    except Exception:  # kernels missing or its table moved: fall back to the names
-        pass
-    known = {**table.get("general", {}), **table.get("backends", {}).get(meta.backend.type, {})}
-    out = []
-    for dep in meta.python_depends:
-        pkgs = [p["pkg"] for p in known.get(dep, {}).get("python", [])]
-        if not pkgs and not REQUIREMENT_NAME.fullmatch(dep):
-            raise BuildError(f"python-depends entry {dep!r} is not a package name", file=path,
-                             key="python-depends", hint="list bare PyPI names, e.g. einops")
-        out += [p for p in pkgs or [dep] if p not in out]
-    return out
+    """PyPI names of metadata `python-depends` (core/pydeps.py)."""
+    return pypi_names(meta.python_depends, meta.backend.type, path)
 
 
 def _header(meta: VariantMetadata, key: str, path: Path) -> str | None:

@@ -5,15 +5,19 @@ points at the source to edit).
 
 Tests load the build they are given and nothing else: `get_kernel(repo_id, version=N)` callers
 through `LOCAL_KERNELS` (the loader's own override, `repo=path[:repo2=path2]`: the manifest's
-`general.hub.repo-id` mapped to the variant, other repositories' entries kept), and
-`import <module>` callers through a link `.kbuild/import/<module>` on `PYTHONPATH`. `kbuild test`
-picks the variant as the loader in the target interpreter would (`select_variant.py`)."""
+`general.hub.repo-id` mapped to `.kbuild/tested/<digest>`, a link to the one variant tested or a
+folder of links to exactly the variants tested — never build/, where the loader could prefer a
+leftover — other repositories' entries kept), and `import <module>` callers through a link
+`.kbuild/import/<module>` on `PYTHONPATH`. `kbuild test` picks the variant as the loader in the
+target interpreter would (`select_variant.py`); `--ci` is upstream's `ci-test`: the best variant
+alone, `-m kernels_ci -p no:cacheprovider`, the variant's folder on `PYTHONPATH` too."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -23,11 +27,13 @@ from typing import Callable
 from ..core import manifest as manifest_mod
 from ..core.errors import BuildError
 from ..core.layout import METADATA, Layout
-from ..core.runner import call, capture, stream
+from ..core.runner import call, capture, marked_answer, stream
 
 LOCAL_KERNELS = "LOCAL_KERNELS"
 NO_TESTS_COLLECTED = 5  # pytest's exit status
 CI_MARKER = "kernels_ci"  # kernels-community's selection for GPU runners (`pytest -m kernels_ci`)
+CI_ARGS = ("-m", CI_MARKER, "-p", "no:cacheprovider")  # upstream's ci-test runs pytest with these
+SELECT_MARKER = "KBUILD-SELECT "  # as resources/scripts/select_variant.py answers
 
 # pytest options that need the terminal itself (a debugger, uncaptured output).
 INTERACTIVE = ("--pdb", "--trace", "-s", "--capture=no")
@@ -42,12 +48,15 @@ class TestTarget:
     variants: tuple[Path, ...]  # the first is what `import <module>` gives
     repo_id: str | None         # general.hub.repo-id: what get_kernel callers name
     module: str
+    ci: bool = False            # upstream's ci-test: `-m kernels_ci`, the variant on PYTHONPATH
 
     @property
     def local_path(self) -> Path:
-        """Where LOCAL_KERNELS points the repo: the variant itself, or (several backends) the
-        build folder, where the loader picks among them by backend."""
-        return self.variants[0] if len(self.variants) == 1 else self.build_dir
+        """Where LOCAL_KERNELS points the repo: `.kbuild/tested/<digest of the variants>`, a
+        link to the one variant, or a folder of links to each (where the loader picks among
+        them by backend); never the build folder, whose other variants it could prefer."""
+        key = "\0".join(str(v) for v in self.variants).encode()
+        return Layout.of(self.project).tested / hashlib.sha256(key).hexdigest()[:16]
 
     def shown(self, path: Path) -> str:
         return str(path.relative_to(self.project)) if path.is_relative_to(self.project) else str(path)
@@ -61,35 +70,35 @@ class TestTarget:
         return f"tests load {folders} ({'; '.join(ways)})"
 
 
-def target(project: Path, build_dir: Path, variants: list[Path]) -> TestTarget:
+def target(project: Path, build_dir: Path, variants: list[Path], ci: bool = False) -> TestTarget:
     general = manifest_mod.load(project, warn=lambda _: None).general
     return TestTarget(project.resolve(), build_dir.resolve(), tuple(v.resolve() for v in variants),
-                      general.hub.repo_id, general.module_name)
+                      general.hub.repo_id, general.module_name, ci)
 
 
-def select_variants(project: Path, build_dir: Path, python: str | None) -> TestTarget:
-    """The variants of `build_dir` that the `kernels` loader in `python` would load, best first;
-    where `kernels` is not installed there, the variant named for its torch and backend. Refuses
-    (listing what is there, and why each does not fit) when none would load."""
+def select_variants(project: Path, build_dir: Path, python: str | None, *, ci: bool = False
+                    ) -> TestTarget:
+    """The variants of `build_dir` that the `kernels` loader in `python` would load, best first
+    (`ci`: the best alone); where `kernels` is not installed there, the variant named for its
+    torch and backend. `build_dir` may be one variant's folder: that variant, where the loader
+    accepts it. Refuses (listing what is there, and why each does not fit) when none would
+    load."""
     python = python or sys.executable
-    present = sorted(d.name for d in build_dir.iterdir() if (d / METADATA).is_file()) \
-        if build_dir.is_dir() else []
+    one = (build_dir / METADATA).is_file()  # --build-dir build/<variant>
+    root = build_dir.parent if one else build_dir
+    present = [build_dir.name] if one else sorted(
+        d.name for d in build_dir.iterdir() if (d / METADATA).is_file()) if build_dir.is_dir() else []
     if not present:
         raise BuildError("no built variants to test", file=build_dir,
                          hint="run `kbuild build` first, or pass --build-dir")
-    script = resources.files("kbuild") / "resources" / "scripts" / "select_variant.py"
-    proc = capture([python, str(script), str(build_dir)], timeout=300)
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise BuildError(f"{python} could not be asked which variant it loads (exit "
-                         f"{proc.returncode}): {proc.stderr.strip()[-300:]}",
-                         hint="check that this interpreter runs and has torch") from None
-    if "error" in answer:
-        chosen, why = _by_name(python, present), {}
+    answer = _loader_choice(python, root)
+    if "error" in answer:  # no kernels there: a variant given by its folder is taken as it is
+        chosen, why = (present if one else _by_name(python, present)), {}
     else:
         chosen = [n for n in answer["chosen"] if n in present]
-        why = answer.get("rejected", {})
+        why = answer["rejected"]
+        if one and not chosen and build_dir.name not in why:  # a name the loader does not parse:
+            chosen = present                                   # LOCAL_KERNELS at it loads it
     if not chosen:
         from .torch_install import read_torch_install
         torch = read_torch_install(python)
@@ -98,7 +107,24 @@ def select_variants(project: Path, build_dir: Path, python: str | None) -> TestT
                          f"{python}; there is: {listing}",
                          hint="build one for this torch (`kbuild build --python PY` or --env ENV), "
                               "or test with the interpreter the variants were built for")
-    return target(project, build_dir, [build_dir / n for n in chosen])
+    return target(project, root, [root / n for n in (chosen[:1] if ci else chosen)], ci=ci)
+
+
+def _loader_choice(python: str, build_dir: Path) -> dict:
+    """select_variant.py's answer in `python`: {"chosen": [...], "rejected": {...}} or
+    {"error": ...}; anything else is refused in one line."""
+    script = resources.files("kbuild") / "resources" / "scripts" / "select_variant.py"
+    proc = capture([python, str(script), str(build_dir)], timeout=300)
+    answer = marked_answer(proc.stdout, SELECT_MARKER)
+    if answer is not None and isinstance(answer.get("error"), str):
+        return answer
+    if answer is None or not isinstance(answer.get("chosen"), list) \
+            or not isinstance(answer.get("rejected"), dict):
+        last = (proc.stderr.strip().splitlines() or ["it printed no answer"])[-1].strip()
+        raise BuildError(f"{python} could not be asked which variant it loads (exit "
+                         f"{proc.returncode}): {last[-300:]}",
+                         hint="check that this interpreter runs and has torch")
+    return answer
 
 
 def _by_name(python: str, present: list[str]) -> list[str]:
@@ -115,10 +141,12 @@ def _by_name(python: str, present: list[str]) -> list[str]:
 def local_kernels(existing: str | None, repo_id: str, path: Path, where: str = LOCAL_KERNELS
                   ) -> str:
     """`LOCAL_KERNELS` with `repo_id` mapped to `path`, the user's entries for other
-    repositories kept (kernels' format: `repo=path` joined by `:`)."""
-    if ":" in str(path) or "=" in str(path):
-        raise BuildError(f"{path} holds `:` or `=`, which {LOCAL_KERNELS} cannot carry",
-                         hint="move the project (or --build-dir) to a path without them")
+    repositories kept. The loader's own format (kernels' `_parse_local_kernel_overrides`):
+    entries joined by `:`, each split at its first `=` into repo and path; so a path may hold
+    `=` but not `:`."""
+    if ":" in str(path):
+        raise BuildError(f"{path} holds `:`, which {LOCAL_KERNELS} cannot carry (its entries are "
+                         "joined by `:`)", hint="move the project to a path without `:`")
     entries = []
     for entry in (existing or "").split(":"):
         if not entry:
@@ -132,25 +160,76 @@ def local_kernels(existing: str | None, repo_id: str, path: Path, where: str = L
     return ":".join([*entries, f"{repo_id}={path}"])
 
 
+def check_local_kernels(project: Path) -> None:
+    """Before anything is built or realised: the user's LOCAL_KERNELS reads as the loader reads
+    it, and the path a test run maps the project's repo to can be carried in it."""
+    repo_id = manifest_mod.load(project, warn=lambda _: None).general.hub.repo_id
+    if repo_id:
+        local_kernels(os.environ.get(LOCAL_KERNELS), repo_id, Layout.of(project).tested / "x")
+
+
 def loading_env(tested: TestTarget, base: dict[str, str] | None = None,
-                tools: Path | None = None) -> dict[str, str]:
+                tools: list[Path] = ()) -> dict[str, str]:
     """The test process's environment: LOCAL_KERNELS and PYTHONPATH pointed at `tested` (and at
-    `tools`, pytest for an environment without it), and the import link made (replaced
-    atomically, so a concurrent run never sees none)."""
+    `tools`, the tests' requirements the environment lacks), the links made. Every check comes
+    before the first link: a refusal leaves nothing behind."""
     env = dict(os.environ if base is None else base)
     if tested.repo_id:
         env[LOCAL_KERNELS] = local_kernels(env.get(LOCAL_KERNELS), tested.repo_id,
                                            tested.local_path)
+        _link_tested(tested)
     shim = Layout.of(tested.project).import_shim
-    shim.mkdir(parents=True, exist_ok=True)
-    link = shim / tested.module
-    fresh = shim / f".{tested.module}.{os.getpid()}"
-    fresh.unlink(missing_ok=True)
-    fresh.symlink_to(tested.variants[0], target_is_directory=True)
-    os.replace(fresh, link)
-    paths = (str(shim), str(tools or ""), env.get("PYTHONPATH", ""))
+    _replace_link(shim / tested.module, tested.variants[0])
+    upstream = str(tested.variants[0]) if tested.ci else ""  # ci-test's PYTHONPATH=<variant>
+    paths = (str(shim), upstream, *map(str, tools), env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
+
+
+def _replace_link(link: Path, to: Path) -> None:
+    """`link` made a link to `to`, replaced atomically (a concurrent run never sees none)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    fresh = link.with_name(f".{link.name}.{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    fresh.symlink_to(to, target_is_directory=True)
+    try:
+        os.replace(fresh, link)
+    except OSError as e:
+        fresh.unlink(missing_ok=True)
+        raise BuildError(f"{link} is in the way ({e.strerror or e}): kbuild keeps a link to the "
+                         "variant under test there", file=link,
+                         hint="remove it (kbuild makes it again)") from None
+
+
+def _link_tested(tested: TestTarget) -> None:
+    """tested.local_path: a link to the one variant, or a folder of links to each variant."""
+    path = tested.local_path
+    if len(tested.variants) == 1:
+        _replace_link(path, tested.variants[0])
+        return
+    expected = {v.name: str(v) for v in tested.variants}
+
+    def holds() -> bool:
+        return path.is_dir() and not path.is_symlink() and expected == {
+            c.name: os.readlink(c) if c.is_symlink() else None for c in path.iterdir()}
+
+    if holds():
+        return
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    for variant in tested.variants:
+        (fresh / variant.name).symlink_to(variant, target_is_directory=True)
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir() and not holds():  # a damaged copy (only kbuild writes here)
+        shutil.rmtree(path)
+    try:
+        os.rename(fresh, path)
+    except OSError:  # another run made the same folder meanwhile
+        shutil.rmtree(fresh, ignore_errors=True)
+        if not holds():
+            raise
 
 
 def source_map(project: Path, build_dir: Path) -> dict[str, str]:
@@ -166,6 +245,11 @@ def source_map(project: Path, build_dir: Path) -> dict[str, str]:
     link = layout.import_shim / module
     if link.is_symlink() and (link / METADATA).is_file():
         roots.append(link)
+    for tested in layout.tested.iterdir() if layout.tested.is_dir() else ():  # LOCAL_KERNELS's
+        if (tested / METADATA).is_file():      # a link to the one variant tested
+            roots.append(tested)
+        elif tested.is_dir():                  # a folder of links, one per variant
+            roots += [v for v in tested.iterdir() if (v / METADATA).is_file()]
     for variant in roots:
         for built in variant.rglob("*.py*"):
             source = package / built.relative_to(variant)
@@ -215,21 +299,28 @@ def pytest_args(project: Path) -> list[str]:
     return args
 
 
+def has_tests(project: Path) -> bool:
+    return (project / "tests").is_dir()
+
+
 def require_tests(project: Path) -> None:
     """Refused before anything is built or realised: there is nothing to run."""
-    if not (project / "tests").is_dir():
+    if not has_tests(project):
         raise BuildError("no tests/ folder", file=project, hint="add pytest tests under tests/")
 
 
-def run_tests(project: Path, python: str | None, args: list[str], *,
-              write: Callable[[str], None], color: bool = False,
-              tested: TestTarget | None = None, tools: Path | None = None) -> int:
+def run_tests(project: Path, python: str | None, args: list[str], *, write: Callable[[str], None],
+              color: bool = False, tested: TestTarget | None = None, tools: list[Path] = (),
+              env: dict[str, str] | None = None) -> int:
     """pytest on `project/tests` in the target interpreter, loading `tested` (see the module's
-    docstring); its output, paths rewritten, goes to `write` line by line (an interactive run,
-    `--pdb`, has the terminal). Returns pytest's exit status."""
+    docstring; `env`: its loading_env, when the caller made it first); its output, paths
+    rewritten, goes to `write` line by line (an interactive run, `--pdb`, has the terminal).
+    Returns pytest's exit status."""
+    ci = list(CI_ARGS) if tested is not None and tested.ci else []
     cmd = [python or sys.executable, "-m", "pytest", str(project / "tests"), "-q",
-           *pytest_args(project), *args]
-    env = loading_env(tested, tools=tools) if tested is not None else None
+           *pytest_args(project), *ci, *args]
+    if env is None and tested is not None:
+        env = loading_env(tested, tools=tools)
     if any(a in INTERACTIVE for a in args):
         return call(cmd, cwd=project, env=env)
     if color and not any(a.startswith("--color") for a in args):
@@ -240,8 +331,11 @@ def run_tests(project: Path, python: str | None, args: list[str], *,
                   lets_child_stop=True)
 
 
-def status_words(code: int, args: list[str]) -> str | None:
+def status_words(code: int, args: list[str], ci: bool = False) -> str | None:
     """What a pytest exit status means, where the output alone may not say it."""
+    if code == NO_TESTS_COLLECTED and ci:
+        return (f"no test is marked {CI_MARKER} (pytest exit 5): as in upstream's ci-test, "
+                "that counts as success")
     if code == NO_TESTS_COLLECTED:
         selection = " ".join(args)
         return ("no tests collected (pytest exit 5)" + (f" with `{selection}`" if selection else "")

@@ -127,6 +127,24 @@ def test_cores_and_print_build_logs_reach_the_build(project, calls):
     assert calls["cores"] == 3 and calls["print_build_logs"] is True
 
 
+def test_dev_takes_the_same_flags(project, calls):
+    """`kbuild dev` passes them to its build (nothing is built: run_build stands in and returns
+    no variant, which dev refuses after the build) and refuses an unknown name before it."""
+    other = a_matrix_variant(project)
+    (project / "tests").mkdir(exist_ok=True)
+    result = invoke("dev", str(project), "--variant", other.name, "--cores", "3", "-L")
+    assert isinstance(result.exception, BuildError), result.output
+    assert result.exception.message == "nothing was built to test"
+    assert calls["env"] == other.env and calls["backend"] == [other.backend]
+    assert calls["variant"] == other.name and calls["cores"] == 3
+    assert calls["print_build_logs"] is True
+    calls.clear()
+    result = invoke("dev", str(project), "--variant", "torch29-cxx11-cu999-x86_64-linux")
+    assert "makes no variant" in result.exception.message and calls == {}
+    result = invoke("dev", str(project), "--max-jobs", "0")
+    assert isinstance(result.exception, BuildError) and calls == {}
+
+
 def test_cores_is_the_budget_the_compile_divides(tmp_path, monkeypatch):
     """--cores N: Ninja jobs and nvcc threads per file within N, as nix-builder divides
     NIX_BUILD_CORES; 0 is all of this machine's."""
