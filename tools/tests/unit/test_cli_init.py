@@ -58,7 +58,9 @@ def test_compiled_scaffold_is_a_valid_project(tmp_path, backends):
     for py in project.rglob("*.py"):
         ast.parse(py.read_text(), filename=str(py))
     init = (project / "torch-ext" / "my_kernel" / "__init__.py").read_text()
-    assert 'register_fake(add_op_namespace_prefix("my_kernel"))' in init
+    assert '@_register_fake("my_kernel")' in init  # once per process, in the op's namespace
+    assert "qualname = add_op_namespace_prefix(name)" in init
+    assert "return torch.library.register_fake(qualname)" in init
     tests = (project / "tests" / "test_my_kernel.py").read_text()
     assert "torch.library.opcheck" in tests and "fullgraph=True" in tests and "assert_close" in tests
     assert json.loads(_conftest_backends(project)) == list(backends)
