@@ -18,6 +18,7 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST, PIXI_TOML
 from ..core.manifest import NAME_RE
 from ..core.manifest.forms import repo_id as repo_id_rule
+from ..workflows import writer as workflows
 from .app import app, log, warn
 
 TEMPLATES = resources.files("kbuild") / "resources" / "init"
@@ -68,44 +69,6 @@ def scaffold_files(opts: InitOptions) -> dict[str, str]:
         if Backend.CUDA in opts.backends:
             files[f"csrc/{m}_cuda.cu"] = "csrc/__module___cuda.cu.j2"
     return files
-
-
-WORKFLOW = ".github/workflows/kernel.yml"
-REQUIREMENT_SLOT = "@KBUILD_REQUIREMENT@"
-PLACEHOLDER_REQUIREMENT = (f"{BUILDER} @ git+https://github.com/YOUR-ORG/{BUILDER}@main"
-                           "#subdirectory=tools")
-
-
-def builder_requirement() -> tuple[str, bool]:
-    """How CI installs this builder (a pip requirement), and whether it is known: the git URL
-    and commit a pip/uv install from git recorded, or this checkout's public remote and commit;
-    else a placeholder to edit."""
-    from ..core.runner import capture
-    try:
-        direct = json.loads(metadata.distribution(BUILDER).read_text("direct_url.json") or "{}")
-    except metadata.PackageNotFoundError:
-        direct = {}
-    vcs = direct.get("vcs_info") or {}
-    if vcs.get("vcs") == "git" and direct.get("url", "").startswith("https://"):
-        sub = direct.get("subdirectory")
-        return (f"{BUILDER} @ git+{direct['url']}@{vcs['commit_id']}"
-                + (f"#subdirectory={sub}" if sub else ""), True)
-    tools = Path(__file__).resolve().parents[2]
-    if (tools / "pyproject.toml").is_file():
-        remote = capture(["git", "-C", str(tools), "remote", "get-url", "origin"]).stdout.strip()
-        head = capture(["git", "-C", str(tools), "rev-parse", "HEAD"]).stdout.strip()
-        if remote.startswith("https://") and "@" not in remote and len(head) == 40:
-            return f"{BUILDER} @ git+{remote}@{head}#subdirectory=tools", True
-    return PLACEHOLDER_REQUIREMENT, False
-
-
-def workflow_text() -> str:
-    """The CI workflow of a kernel project (resources/init/workflow.yml)."""
-    requirement, known = builder_requirement()
-    if not known:
-        warn(f"{WORKFLOW}: set KBUILD to where CI installs {BUILDER} from (it is not on PyPI)")
-    return (TEMPLATES / "workflow.yml").read_text(encoding="utf-8").replace(
-        REQUIREMENT_SLOT, requirement)
 
 
 def render(opts: InitOptions, matrix_envs: list[str]) -> dict[str, str]:
@@ -218,7 +181,7 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
              f"({matrix_file} is missing)")
         pixi, envs = None, []
     files = render(opts, envs)
-    files[WORKFLOW] = workflow_text()
+    files[workflows.PROJECT_WORKFLOW] = workflows.project_workflow(warn)
     if pixi is not None:
         files[PIXI_TOML] = pixi
     try:
@@ -234,7 +197,7 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
         locks = matrix_file.parent / LOCKS
         if pixi is not None and locks.is_dir():  # the matrix's environment locks, if it has any
             shutil.copytree(locks, staging / LOCKS)
-        staging.chmod(0o777 & ~_umask())
+        staging.chmod(0o777 & ~workflows.umask())
         try:
             os.rename(staging, target)
         except OSError as e:  # it appeared meanwhile, or its folder refuses it
@@ -245,12 +208,6 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
     if git:
         _git_init(target)
     return sorted(files)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _git_init(target: Path) -> None:
@@ -299,24 +256,3 @@ def init(
     log("  kbuild build-all          # every environment of pixi.toml")
     if repo_id is None:
         log(f"  (set [general.hub] repo-id in {MANIFEST} before `kbuild upload`)")
-
-
-@app.command("ci-workflow")
-def ci_workflow(
-    project: Annotated[Path, typer.Argument(help="Kernel project directory.")] = Path("."),
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing workflow.")] = False,
-) -> None:
-    """Write the CI workflow `kbuild init` gives new projects into an existing one: pull
-    requests build one environment per backend, tags build all; tests on a GPU runner
-    (`kbuild test -- -m kernels_ci`); a signed upload."""
-    if not (project / MANIFEST).is_file():
-        raise BuildError(f"no {MANIFEST} in {project}", hint="run it in a kernel project")
-    target = project / WORKFLOW
-    if target.exists() and not force:
-        raise BuildError(f"{target} exists; nothing was written", hint="pass --force to replace it")
-    text = workflow_text()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    log(f"wrote {target}")
