@@ -128,10 +128,13 @@ def test_cli_upload_then_get_kernel_versions_info_and_trust(hub, proj, tmp_path)
     variant = variant_of(proj).name
     head = hub.repo_commits(REPO, branch="v1")[0]
     assert data["status"] == "uploaded" and data["repo_id"] == REPO and data["branch"] == "v1"
-    assert data["commit"] == head and data["url"].endswith(f"/kernels/{REPO}/commit/{head}")
+    assert data["url"] == f"{hub.url}/kernels/{REPO}/tree/v1" and data["pull_requests"] == []
+    assert data["commit"] == head and data["commit_url"].endswith(f"/kernels/{REPO}/commit/{head}")
     assert data["pr_url"] is None and data["deleted"] == [] and data["unchanged"] == []
     assert sorted(data["added"]) == sorted(
-        [f"build/{variant}/{p.name}" for p in variant_of(proj).iterdir()] + ["benchmarks/benchmark_img2gray.py"])
+        [f"build/{variant}/{p.name}" for p in variant_of(proj).iterdir()]
+        + ["benchmarks/benchmark_img2gray.py", f"api/{variant}.json"])  # the API it was loaded with
+    assert result.stdout.splitlines()[-1] == f"Kernel uploaded: {hub.url}/kernels/{REPO}/tree/v1"
     assert len(hub.repo_commits(REPO, branch="v1")) == 2  # initial + exactly one upload commit
 
     files = v1_files(hub)
@@ -238,7 +241,7 @@ def test_second_major_version_and_stale_variant_files(hub, builds, tmp_path, api
     main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
     n_requests = len(hub.requests)
     again, logs = do_upload(hub, changed)
-    assert again.status == "unchanged" and again.commit is None and again.readme["state"] == "unchanged"
+    assert again.status == "no_changes" and again.commit is None and again.readme["state"] == "unchanged"
     assert sorted(again.unchanged) == sorted(second.added + second.changed + second.unchanged)
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
     assert any("is up to date" in line for line in logs)
@@ -276,11 +279,13 @@ def test_create_pr_leaves_branches_alone(hub, proj, api):
     main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
     result, logs = do_upload(hub, proj, create_pr=True)
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
-    assert result.status == "pr-opened" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert result.status == "pull_request_created" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert result.url is None
     assert result.pr_url == f"{hub.url}/kernels/{REPO}/discussions/1"
     assert result.readme["pr_url"] == f"{hub.url}/kernels/{REPO}/discussions/2"
     assert f"build/{variant}/stale.txt" not in hub.files(REPO, revision="refs/pr/1")
-    assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()
+    # CARD.md rendered as kernel-builder renders it (its final newline dropped, as minijinja does)
+    assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()[:-1]
     assert any("opened pull request" in line for line in logs)
     # What CI bots read: upstream's JSON field and its stdout line.
     assert result.to_json()["pull_requests"] == [
@@ -301,7 +306,8 @@ def test_branch_main_as_kernels_communitys_release_job_uploads_version_1(hub, pr
     assert done.returncode == 0, done.stderr
     data = json.loads(summary.read_text())
     assert data["branch"] == "main" and data["status"] == "uploaded"
-    assert data["pull_requests"] == [] and data["url"].endswith(f"/commit/{data['commit']}")
+    assert data["pull_requests"] == [] and data["url"] == f"{hub.url}/kernels/{REPO}/tree/main"
+    assert len(hub.repo_commits(REPO)) == 2  # the variants and README.md in one commit
     branches = {b.name for b in api.list_repo_refs(REPO, repo_type="kernel").branches}
     assert branches == {"main"}
     files = hub.files(REPO, revision="main")
@@ -325,7 +331,7 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     assert f"add     build/{variant}/_ops.py" in fresh.stdout and "README.md on main: add" in fresh.stdout
     assert writes(hub) == []
     assert not api.repo_exists(REPO, repo_type="kernel")
-    assert json.loads(summary.read_text())["status"] == "dry-run"
+    assert json.loads(summary.read_text())["status"] == "dry_run"
 
     do_upload(hub, proj)
     api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
@@ -336,7 +342,8 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     again = kbuild_cli("upload", proj, "--dry-run", env=env)
     assert again.returncode == 0, again.stderr
     assert f"delete  build/{variant}/stale.txt" in again.stdout and "README.md on main: change" in again.stdout
-    assert "0 added, 0 changed, 1 deleted" in again.stdout
+    # the first upload did not load the variant (load=False): its API record comes now
+    assert "1 added, 0 changed, 1 deleted" in again.stdout and f"add     api/{variant}.json" in again.stdout
     assert writes(hub, n_requests) == []
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
 
@@ -460,7 +467,7 @@ def test_dirty_tree_is_refused_unless_allowed(hub, proj):
         do_upload(hub, proj, dry_run=True)
     assert "--allow-dirty" in str(err.value)
     result, _ = do_upload(hub, proj, dry_run=True, allow_dirty=True)
-    assert result.status == "dry-run"
+    assert result.status == "dry_run"
     _git(proj, "checkout", "--", "csrc")
 
     meta_path = variant_of(proj) / "metadata.json"
@@ -564,21 +571,24 @@ def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
                       operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
     real_tree = hub_client.HubClient.tree
 
-    def tree_then_someone_pushes(self, revision, paths):
+    pushes = []
+
+    def tree_then_someone_pushes(self, revision, paths):  # upload reads the tree twice: plan, commit
         listing = real_tree(self, revision, paths)
+        pushes.append(b"theirs %d" % len(pushes))
         api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="concurrent",
-                          operations=[CommitOperationAdd("notes.txt", b"theirs")])
+                          operations=[CommitOperationAdd("notes.txt", pushes[-1])])
         return listing
 
     monkeypatch.setattr(hub_client.HubClient, "tree", tree_then_someone_pushes)
     with pytest.raises(BuildError, match="branch moved while uploading \\(HTTP 412\\); nothing was committed"):
         do_upload(hub, proj)
     head = hub.repo_commits(REPO, branch="v1")[0]
-    assert v1_files(hub)["notes.txt"] == b"theirs" and f"build/{variant}/stale.txt" in v1_files(hub)
+    assert v1_files(hub)["notes.txt"] == pushes[-1] and f"build/{variant}/stale.txt" in v1_files(hub)
     monkeypatch.setattr(hub_client.HubClient, "tree", real_tree)
     result, _ = do_upload(hub, proj)
     assert hub.repo_commits(REPO, branch="v1")[1] == head
-    assert v1_files(hub)["notes.txt"] == b"theirs" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert v1_files(hub)["notes.txt"] == pushes[-1] and result.deleted == [f"build/{variant}/stale.txt"]
 
 
 def test_commit_that_landed_but_whose_answer_was_lost(hub, proj, monkeypatch):
