@@ -11,6 +11,7 @@ BuildError naming CARD.md and the line, before anything is uploaded.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import traceback
@@ -115,15 +116,22 @@ def card_variables(project: Path, manifest: manifest_mod.Manifest,
 
 
 def _text(value: Any) -> Any:
-    """`{{ value }}` as minijinja (kernel-builder's renderer) writes it: none, true, false,
-    ["a", "b"]."""
+    """`{{ value }}` as minijinja 2.19 (kernel-builder's renderer) writes it: none, true, false,
+    a list as ["a", "b"]."""
+    return _debug(value) if value is None or isinstance(value, (bool, list, tuple)) else value
+
+
+def _debug(value: Any) -> str:
+    """minijinja's debug form of a value (how it writes the items of a list)."""
     if value is None:
         return "none"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(f'"{v}"' if isinstance(v, str) else str(_text(v)) for v in value) + "]"
-    return value
+        return "[" + ", ".join(_debug(v) for v in value) + "]"
+    return str(value)
 
 
 def _template_line(exc: BaseException) -> int | None:

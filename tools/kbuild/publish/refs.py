@@ -23,19 +23,23 @@ def branch_problem(branch: str) -> str | None:
     if not ALLOWED.fullmatch(branch):
         bad = sorted({c for c in branch if not ALLOWED.fullmatch(c)})
         return f"has characters a branch name cannot have ({' '.join(map(repr, bad))})"
-    if branch in ("HEAD", "@"):
-        return f"is {branch}, which git reserves"
+    if branch == "HEAD":
+        return "is HEAD, which git reserves"
     if branch.startswith("refs/"):
         return "is under refs/, which the Hub reserves (refs/pr/N are its pull requests)"
     if branch.startswith("-"):
         return "starts with `-`"
     if branch.startswith("/") or branch.endswith("/") or "//" in branch:
         return "has an empty part (a leading, trailing or double `/`)"
-    if ".." in branch or "@{" in branch or branch.endswith("."):
-        return "has `..` or `@{`, or ends with `.`"
+    if ".." in branch:
+        return "has `..`"
+    if branch.endswith("."):
+        return "ends with `.`"
     for part in branch.split("/"):
-        if part.startswith(".") or part.endswith(".lock"):
-            return f"has a part {part!r} that starts with `.` or ends with `.lock`"
+        if part.startswith("."):
+            return f"has a part {part!r} that starts with `.`"
+        if part.endswith(".lock"):
+            return f"has a part {part!r} that ends with `.lock`"
     return None
 
 
