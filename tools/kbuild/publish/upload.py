@@ -280,6 +280,8 @@ def _upload(project: Path, o: UploadOptions, *, say: Log, progress: Log, warn: L
                   log=log, warn=warn)
         records = {v.name: api.api_record(v, a) for v in variants
                    if isinstance(a := apis[v.name], dict)}
+        for name in (v.name for v in variants if v.name not in records):
+            log(f"api: {name}: no API recorded: {apis[name]}")
     PROBERS.close()  # no process that ran a variant's code is left while its files upload
     _unchanged_since_loaded(variants, before)
     if o.sign and not dry_run:  # after the checks, before the first write
