@@ -257,3 +257,23 @@ def test_a_load_that_hangs_is_stopped_naming_the_variant(tmp_path):
     assert (f"load: the load of {VARIANT} did not finish in 20 s; stopped it (its import hangs? "
             "KBUILD_PROBE_TIMEOUT sets the time)") in checked.stdout
     assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("api_value", [{"python": {"scale": "not an entry"}, "ops": [1]},
+                                       {"python": [[[[[]]]]] * 2},
+                                       "deep"])
+def test_a_record_of_another_shape_is_not_compared_and_said(hub, repo, tmp_path, api_value):
+    """The record is data whoever can write to the repo can write: any shape, any depth."""
+    import json
+    record = json.loads(hub.files(repo, revision="v1")[f"api/{VARIANT}.json"])
+    if api_value == "deep":
+        text = json.dumps({**record, "api": "@"}).replace('"@"', "[" * 100_000 + "]" * 100_000)
+    else:
+        text = json.dumps({**record, "api": api_value})
+    HfApi(endpoint=hub.url, token=TOKEN).create_commit(
+        repo, repo_type="kernel", revision="v1", commit_message="odd record",
+        operations=[CommitOperationAdd(f"api/{VARIANT}.json", text.encode())])
+    result, logs = upload(hub, demo(tmp_path / "demo", add_halve=True), repo)
+    assert result.status == "uploaded"
+    assert [line for line in logs if line.startswith(f"api: {VARIANT}: API not compared (its API "
+                                                     "record on v1 is unreadable: ")], logs

@@ -248,16 +248,18 @@ def api_report(hub: HubClient, branch: str, variants: list[BuiltVariant],
             continue
         try:
             doc = _read_record(hub.read_file(head, record_path(v.name), MAX_RECORD_BYTES), v.name)
-        except ValueError as exc:
+            if doc["files"] != theirs:
+                report.notes.append(f"{v.name}: API not compared (its API record on {branch} "
+                                    "describes other files than the branch holds: uploaded by "
+                                    "another tool since?)")
+                continue
+            changes = compare(v.name, doc["api"], apis[v.name])  # type: ignore[arg-type]
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            # JSON of another shape than a record, however deep or odd: data, said so
             report.notes.append(f"{v.name}: API not compared (its API record on {branch} is "
-                                f"unreadable: {exc})")
+                                f"unreadable: {type(exc).__name__}: {str(exc)[:200]})")
             continue
-        if doc["files"] != theirs:
-            report.notes.append(f"{v.name}: API not compared (its API record on {branch} "
-                                "describes other files than the branch holds: uploaded by "
-                                "another tool since?)")
-            continue
-        report.changes += compare(v.name, doc["api"], apis[v.name])  # type: ignore[arg-type]
+        report.changes += changes
     return report
 
 
