@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
 import pytest
-from huggingface_hub import CommitOperationAdd, HfApi
+from huggingface_hub import CommitOperationAdd, HfApi, RepoCard, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError
 
 from kbuild_testing import as_variant, fresh_copy
@@ -128,10 +130,13 @@ def test_cli_upload_then_get_kernel_versions_info_and_trust(hub, proj, tmp_path)
     variant = variant_of(proj).name
     head = hub.repo_commits(REPO, branch="v1")[0]
     assert data["status"] == "uploaded" and data["repo_id"] == REPO and data["branch"] == "v1"
-    assert data["commit"] == head and data["url"].endswith(f"/kernels/{REPO}/commit/{head}")
+    assert data["url"] == f"{hub.url}/kernels/{REPO}/tree/v1" and data["pull_requests"] == []
+    assert data["commit"] == head and data["commit_url"].endswith(f"/kernels/{REPO}/commit/{head}")
     assert data["pr_url"] is None and data["deleted"] == [] and data["unchanged"] == []
     assert sorted(data["added"]) == sorted(
-        [f"build/{variant}/{p.name}" for p in variant_of(proj).iterdir()] + ["benchmarks/benchmark_img2gray.py"])
+        [f"build/{variant}/{p.name}" for p in variant_of(proj).iterdir()]
+        + ["benchmarks/benchmark_img2gray.py", f"api/{variant}.json"])  # the API it was loaded with
+    assert result.stdout.splitlines()[-1] == f"Kernel uploaded: {hub.url}/kernels/{REPO}/tree/v1"
     assert len(hub.repo_commits(REPO, branch="v1")) == 2  # initial + exactly one upload commit
 
     files = v1_files(hub)
@@ -238,7 +243,7 @@ def test_second_major_version_and_stale_variant_files(hub, builds, tmp_path, api
     main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
     n_requests = len(hub.requests)
     again, logs = do_upload(hub, changed)
-    assert again.status == "unchanged" and again.commit is None and again.readme["state"] == "unchanged"
+    assert again.status == "no_changes" and again.commit is None and again.readme["state"] == "unchanged"
     assert sorted(again.unchanged) == sorted(second.added + second.changed + second.unchanged)
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
     assert any("is up to date" in line for line in logs)
@@ -276,11 +281,13 @@ def test_create_pr_leaves_branches_alone(hub, proj, api):
     main_before, v1_before = hub.repo_commits(REPO), hub.repo_commits(REPO, branch="v1")
     result, logs = do_upload(hub, proj, create_pr=True)
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
-    assert result.status == "pr-opened" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert result.status == "pull_request_created" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert result.url is None
     assert result.pr_url == f"{hub.url}/kernels/{REPO}/discussions/1"
     assert result.readme["pr_url"] == f"{hub.url}/kernels/{REPO}/discussions/2"
     assert f"build/{variant}/stale.txt" not in hub.files(REPO, revision="refs/pr/1")
-    assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()
+    # CARD.md rendered as kernel-builder renders it (its final newline dropped, as minijinja does)
+    assert hub.files(REPO, revision="refs/pr/2")["README.md"] == (proj / "CARD.md").read_bytes()[:-1]
     assert any("opened pull request" in line for line in logs)
     # What CI bots read: upstream's JSON field and its stdout line.
     assert result.to_json()["pull_requests"] == [
@@ -301,7 +308,8 @@ def test_branch_main_as_kernels_communitys_release_job_uploads_version_1(hub, pr
     assert done.returncode == 0, done.stderr
     data = json.loads(summary.read_text())
     assert data["branch"] == "main" and data["status"] == "uploaded"
-    assert data["pull_requests"] == [] and data["url"].endswith(f"/commit/{data['commit']}")
+    assert data["pull_requests"] == [] and data["url"] == f"{hub.url}/kernels/{REPO}/tree/main"
+    assert len(hub.repo_commits(REPO)) == 2  # the variants and README.md in one commit
     branches = {b.name for b in api.list_repo_refs(REPO, repo_type="kernel").branches}
     assert branches == {"main"}
     files = hub.files(REPO, revision="main")
@@ -325,7 +333,7 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     assert f"add     build/{variant}/_ops.py" in fresh.stdout and "README.md on main: add" in fresh.stdout
     assert writes(hub) == []
     assert not api.repo_exists(REPO, repo_type="kernel")
-    assert json.loads(summary.read_text())["status"] == "dry-run"
+    assert json.loads(summary.read_text())["status"] == "dry_run"
 
     do_upload(hub, proj)
     api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="stray",
@@ -336,7 +344,8 @@ def test_dry_run_writes_nothing(hub, proj, tmp_path, api):
     again = kbuild_cli("upload", proj, "--dry-run", env=env)
     assert again.returncode == 0, again.stderr
     assert f"delete  build/{variant}/stale.txt" in again.stdout and "README.md on main: change" in again.stdout
-    assert "0 added, 0 changed, 1 deleted" in again.stdout
+    # the first upload did not load the variant (load=False): its API record comes now
+    assert "1 added, 0 changed, 1 deleted" in again.stdout and f"add     api/{variant}.json" in again.stdout
     assert writes(hub, n_requests) == []
     assert hub.repo_commits(REPO) == main_before and hub.repo_commits(REPO, branch="v1") == v1_before
 
@@ -460,7 +469,7 @@ def test_dirty_tree_is_refused_unless_allowed(hub, proj):
         do_upload(hub, proj, dry_run=True)
     assert "--allow-dirty" in str(err.value)
     result, _ = do_upload(hub, proj, dry_run=True, allow_dirty=True)
-    assert result.status == "dry-run"
+    assert result.status == "dry_run"
     _git(proj, "checkout", "--", "csrc")
 
     meta_path = variant_of(proj) / "metadata.json"
@@ -564,21 +573,24 @@ def test_concurrent_push_gives_412_not_a_clobber(hub, proj, api, monkeypatch):
                       operations=[CommitOperationAdd(f"build/{variant}/stale.txt", b"old")])
     real_tree = hub_client.HubClient.tree
 
-    def tree_then_someone_pushes(self, revision, paths):
+    pushes = []
+
+    def tree_then_someone_pushes(self, revision, paths):  # upload reads the tree twice: plan, commit
         listing = real_tree(self, revision, paths)
+        pushes.append(b"theirs %d" % len(pushes))
         api.create_commit(REPO, repo_type="kernel", revision="v1", commit_message="concurrent",
-                          operations=[CommitOperationAdd("notes.txt", b"theirs")])
+                          operations=[CommitOperationAdd("notes.txt", pushes[-1])])
         return listing
 
     monkeypatch.setattr(hub_client.HubClient, "tree", tree_then_someone_pushes)
     with pytest.raises(BuildError, match="branch moved while uploading \\(HTTP 412\\); nothing was committed"):
         do_upload(hub, proj)
     head = hub.repo_commits(REPO, branch="v1")[0]
-    assert v1_files(hub)["notes.txt"] == b"theirs" and f"build/{variant}/stale.txt" in v1_files(hub)
+    assert v1_files(hub)["notes.txt"] == pushes[-1] and f"build/{variant}/stale.txt" in v1_files(hub)
     monkeypatch.setattr(hub_client.HubClient, "tree", real_tree)
     result, _ = do_upload(hub, proj)
     assert hub.repo_commits(REPO, branch="v1")[1] == head
-    assert v1_files(hub)["notes.txt"] == b"theirs" and result.deleted == [f"build/{variant}/stale.txt"]
+    assert v1_files(hub)["notes.txt"] == pushes[-1] and result.deleted == [f"build/{variant}/stale.txt"]
 
 
 def test_commit_that_landed_but_whose_answer_was_lost(hub, proj, monkeypatch):
@@ -599,3 +611,190 @@ def test_commit_that_landed_but_whose_answer_was_lost(hub, proj, monkeypatch):
     assert hub.repo_commits(REPO, branch="v1")[0] == calls[0]
     assert len(hub.repo_commits(REPO, branch="v1")) == 2  # the retry found nothing left to do
     assert any("RemoteProtocolError; retrying" in line for line in logs)
+
+
+# ----------------------------------------------------------------------------- kernel-builder's flow
+
+CI_TARBALL = Path(__file__).resolve().parents[3] / "shared" / "corpus" / \
+    "kernels-community-40d4194f-ci.tar.gz"
+COMMUNITY_CARD = """---
+library_name: kernels
+{% if license %}license: {{ license }}
+{% endif %}---
+
+This is the repository card of {{ repo_id }}.
+
+## How to use
+{% if functions %}
+
+```python
+kernel_module = get_kernel("{{ repo_id }}", version={{ version }})
+{{ functions[0] }} = kernel_module.{{ functions[0] }}
+```
+{% endif %}
+
+## Available functions
+{% for func in functions %}
+- `{{ func }}`
+{% endfor %}
+"""
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_cards_template_is_rendered_and_a_broken_one_refused_before_anything(hub, proj, tmp_path):
+    """kernels-community's cards are Jinja templates: upload sends them rendered (as
+    kernel-builder's fill-card does); a template or front-matter error stops `upload --dry-run`,
+    `upload` and `check` with one line naming CARD.md, before anything is read or written."""
+    env = client_env(hub, tmp_path)
+    summary = tmp_path / "upload.json"
+    card = proj / "CARD.md"
+    card.write_text(COMMUNITY_CARD.replace("{% if license %}license: {{ license }}\n{% endif %}",
+                                           "license: [{{ license }}\n"))
+    for args in (["upload", proj, "--dry-run", "--output-json", summary],
+                 ["upload", proj, "--output-json", summary], ["check", proj]):
+        refused = kbuild_cli(*args, env=env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert error_lines(refused) == [
+            f"error: {card}: front matter (line 3 of the rendered card) is not valid YAML: "
+            "expected ',' or ']', but got '<stream end>'"], refused.stderr
+        assert "Traceback" not in refused.stderr
+    card.write_text(COMMUNITY_CARD.replace("{% endfor %}", ""))
+    refused = kbuild_cli("upload", proj, "--dry-run", env=env)
+    assert refused.returncode == 2 and error_lines(refused)[0].startswith(
+        f"error: {card}:19: template error: Unexpected end of template")
+    assert hub.requests == [] and not summary.exists()  # nothing read, nothing written
+
+    card.write_text(COMMUNITY_CARD)
+    done = kbuild_cli("upload", proj, "--output-json", summary, env=env)
+    assert done.returncode == 0, done.stderr
+    readme = hub.files(REPO)["README.md"].decode()
+    assert readme.startswith("---\nlibrary_name: kernels\nlicense: apache-2.0\n---\n\n"
+                             f"This is the repository card of {REPO}.\n")
+    assert f'get_kernel("{REPO}", version=1)\nimg2gray = kernel_module.img2gray\n' in readme
+    assert "{%" not in readme and "{{" not in readme
+    read_back = RepoCard.load(hf_hub_download(REPO, "README.md", repo_type="kernel", endpoint=hub.url,
+                                              token=TOKEN, cache_dir=tmp_path / "hf"))
+    assert read_back.data.to_dict() == {"library_name": "kernels", "license": "apache-2.0"}
+    assert json.loads(summary.read_text())["readme"]["source"] == "CARD.md"
+
+
+def test_a_failure_between_the_two_commits_names_what_landed_and_a_rerun_completes(hub, proj, api):
+    hub.inject_faults(status=500, path_contains="/commit/main", count=3)
+    with pytest.raises(BuildError) as caught:
+        do_upload(hub, proj, retries=2)  # 3 attempts, each refused
+    v1_head = hub.repo_commits(REPO, branch="v1")[0]
+    message = str(caught.value)
+    assert message.startswith(f"upload to {REPO}@main: the Hub answered HTTP 500: Injected fault "
+                              f"(500); already on "
+                              f"{REPO}: the repo, created; branch v1, created; v1 at "
+                              f"{v1_head[:12]} (4 added, 0 changed, 0 deleted)"), message
+    assert "hint: run the same command again to finish: it uploads only what is missing" in message
+    assert "README.md" not in hub.files(REPO)
+
+    result, logs = do_upload(hub, proj)
+    assert result.status == "uploaded" and result.commit is None  # v1 had it all already
+    assert result.readme["state"] == "added" and result.readme["commit"]
+    assert hub.repo_commits(REPO, branch="v1")[0] == v1_head and "README.md" in hub.files(REPO)
+    assert f"{REPO}@v1 is up to date (4 files); no commit" in logs
+
+
+def test_upstreams_interface_repo_type_quiet_json_lines_and_branches(hub, proj, tmp_path):
+    env = client_env(hub, tmp_path)
+    summary = tmp_path / "upload.json"
+    refusals = {
+        ("--repo-type", "model"): "error: key `--repo-type`: --repo-type 'model': kbuild uploads "
+                                  "to kernel repos only",
+        ("--branch", ""): "error: key `--branch`: --branch '' is not a branch name: it is empty",
+    }
+    for args, line in refusals.items():
+        refused = kbuild_cli("upload", proj, *args, "--output-json", summary, env=env)
+        assert refused.returncode == 2 and len(error_lines(refused)) == 1, refused.stderr
+        assert error_lines(refused)[0].startswith(line), refused.stderr
+    for branch, message in (("refs/pr/1", "it is under refs/, which the Hub reserves"),
+                            ("HEAD", "it is HEAD"), ("a/.b", "it has a part '.b' that starts"),
+                            ("v7", "where `kernels` finds version 7, and the variants are "
+                                   "version 1")):
+        with pytest.raises(BuildError, match=re.escape(message)):
+            do_upload(hub, proj, branch=branch, output_json=summary)
+    assert hub.requests == [] and not summary.exists()  # refused before the Hub, no JSON
+
+    first = kbuild_cli("upload", proj, "--repo-type", "kernel", "-q", "--output-json", summary,
+                       env=env)
+    assert first.returncode == 0, first.stderr
+    url = f"{hub.url}/kernels/{REPO}/tree/v1"
+    assert first.stdout == f"Kernel uploaded: {url}\n"
+    assert [line for line in first.stderr.splitlines() if not line.startswith("warning:")] == []
+    data = json.loads(summary.read_text())
+    assert {k: data[k] for k in ("status", "repo_id", "branch", "url", "pull_requests")} == {
+        "status": "uploaded", "repo_id": REPO, "branch": "v1", "url": url, "pull_requests": []}
+
+    again = kbuild_cli("upload", proj, "--quiet", "--output-json", summary, env=env)
+    assert again.returncode == 0 and again.stdout == "" and "No changes to upload.\n" in again.stderr
+    data = json.loads(summary.read_text())
+    assert data["status"] == "no_changes" and data["url"] is None and data["pull_requests"] == []
+
+    (proj / "CARD.md").write_text("---\nlicense: apache-2.0\n---\n# img2gray, by hand\n")
+    prs = tmp_path / "upload-pr.json"
+    pr = kbuild_cli("upload", proj, "--create-pr", "--output-json", prs, env=env)
+    assert pr.returncode == 0, pr.stderr
+    data = json.loads(prs.read_text())
+    pr_url = f"{hub.url}/kernels/{REPO}/discussions/1"
+    assert data["status"] == "pull_request_created" and data["url"] is None
+    assert data["pull_requests"] == [{"branch": "main", "url": pr_url}]  # only README changed
+    assert pr.stdout.splitlines()[-1] == f"Pull request created: {pr_url}"
+    assert "%|" not in first.stderr + again.stderr + pr.stderr  # no progress bars
+
+    if not CI_TARBALL.is_file():
+        pytest.skip(f"no kernels-community CI scripts at {CI_TARBALL} (test input kept beside "
+                    "the checkout, not in it): their bot's reading of the JSON is not tried")
+    ci = tmp_path / "ci"
+    with tarfile.open(CI_TARBALL) as tar:
+        tar.extractall(ci, filter="data")
+    bot = subprocess.run([sys.executable, str(ci / ".github" / "scripts" /
+                                              "format_hub_upload_comment.py"),
+                          "img2gray", "kernels-community", str(summary), str(prs)],
+                         cwd=ci, capture_output=True, text=True, timeout=60)
+    assert bot.returncode == 0, bot.stderr
+    assert bot.stdout.splitlines() == [
+        "Hub uploads:", "- Hub repo: https://huggingface.co/kernels/kernels-community/img2gray",
+        f"- Hub pull request: {pr_url}"]
+
+
+def test_a_new_version_branch_does_not_carry_mains_variants(hub, builds, tmp_path, api):
+    """kernels-community uploads a version-1 kernel to v1 and to main; v2, cut from main, must
+    hold only version 2's files (the loader would otherwise find version 1's variants there)."""
+    v1 = fresh_copy(builds(), tmp_path / "v1")
+    do_upload(hub, v1, branch="main")
+    stray = "build/torch212-cxx11-cpu-x86_64-linux/metadata.json"
+    api.create_commit(REPO, repo_type="kernel", revision="main", commit_message="older variant",
+                      operations=[CommitOperationAdd(stray, b"{}")])
+    v2 = fresh_copy(builds("v2", version=2, marker="two"), tmp_path / "v2")
+    planned, logs = do_upload(hub, v2, dry_run=True)
+    assert stray in planned.deleted and any(f"delete  {stray}" in line for line in logs)
+    result, _ = do_upload(hub, v2)
+    files = hub.files(REPO, revision="v2")
+    assert stray not in files and stray in result.deleted
+    assert sorted(p for p in files if p.startswith("build/")) == sorted(
+        f"build/{variant_of(v2).name}/{p.name}" for p in variant_of(v2).iterdir())
+    assert stray in hub.files(REPO, revision="main")  # main itself is left alone
+
+
+def test_quiet_turns_the_clients_progress_bars_off_for_the_upload_only(hub, proj, monkeypatch):
+    from huggingface_hub.utils import are_progress_bars_disabled
+    seen = []
+    real_commit = HfApi.create_commit
+
+    def commit(self, *args, **kw):
+        seen.append(are_progress_bars_disabled())
+        return real_commit(self, *args, **kw)
+
+    monkeypatch.setattr(HfApi, "create_commit", commit)
+    assert not are_progress_bars_disabled()
+    do_upload(hub, proj, quiet=True)
+    assert seen == [True, True] and not are_progress_bars_disabled()  # v1, then README.md
+    (proj / "CARD.md").write_text("# changed\n")
+    do_upload(hub, proj)
+    assert seen[2:] == [False]

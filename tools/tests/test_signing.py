@@ -345,7 +345,7 @@ def test_require_signature_refuses_unsigned_or_stale_before_writing(builds, sign
     assert not [r for r in hub.requests[since:] if r[0] not in ("GET", "HEAD")]
     # signed as they are: accepted (and already there: no commit)
     result = upload(fresh_copy(signed.project, tmp_path / "fine"))
-    assert result.status == "unchanged"
+    assert result.status == "no_changes"
 
 
 def test_upload_sign_replaces_a_stale_signature_and_a_dry_run_signs_nothing(
@@ -364,7 +364,7 @@ def test_upload_sign_replaces_a_stale_signature_and_a_dry_run_signs_nothing(
         return publish.upload(project, options, log=logs.append, warn=logs.append)
 
     minted = sigstore.tokens_minted
-    assert upload(dry_run=True).status == "dry-run"
+    assert upload(dry_run=True).status == "dry_run"
     assert "dry run: would sign 2 variant(s); no certificate is requested" in logs
     assert sigstore.tokens_minted == minted
     assert signature_state(meta.parent).status == "stale"

@@ -209,8 +209,11 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
           python: PythonOpt = None,
           load: Annotated[bool, typer.Option(help="Also load each variant with kernels.")] = True
           ) -> None:
-    """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading."""
+    """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading; and
+    that CARD.md renders with a valid front matter."""
+    from ..publish.card import check_card
     from ..stages.check import check_variant, variant_dirs
+    card = check_card(project)  # a broken card: one error line, before the variants
     python = target_python(python)
     note_older_edition(project)
     root = Layout.of(project, build_dir).build_dir
@@ -229,6 +232,8 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
         results.add_row(variant.name, status, "\n".join(problems + report.notes))
     keep_whole(results, 0, out)
     out.print(results)
+    if card:
+        note(card)
     if failed:
         raise typer.Exit(1)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import ProjectArg, app, log, warn
+from .app import ProjectArg, app, log, note, warn
 from .signing import StagingOpt, TrustConfigOpt
 
 
@@ -46,8 +46,16 @@ def upload(
     allow_api_change: Annotated[bool, typer.Option(
         "--allow-api-change", help="Upload even if a public name or op of this version is "
                                    "removed or changed incompatibly.")] = False,
+    repo_type: Annotated[str, typer.Option(
+        "--repo-type", help="Hub repository type, as kernel-builder takes it: kernel (the "
+                            "only one kbuild uploads to).")] = "kernel",
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="No progress output: only warnings, errors and the result line "
+                              "(`Kernel uploaded: URL`, `Pull request created: URL`, "
+                              "`No changes to upload.`).")] = False,
 ) -> None:
-    """Upload the checked variants of build/ to branch v<version> of a Hub kernel repo."""
+    """Upload the checked variants of build/ to branch v<version> of a Hub kernel repo, and
+    the card (CARD.md rendered, or a generated one) as README.md on main."""
     from ..publish.sign import SigningOptions
     from ..publish.upload import UploadOptions, upload
     options = UploadOptions(repo_id=repo_id, build_dir=build_dir, tag=tag, create_pr=create_pr,
@@ -55,8 +63,32 @@ def upload(
                             output_json=output_json, branch=branch, sign=sign,
                             require_signature=require_signature,
                             signing=SigningOptions(trust_config=trust_config, staging=staging),
-                            allow_api_change=allow_api_change)
-    upload(project, options, log=log, warn=warn)
+                            allow_api_change=allow_api_change, repo_type=repo_type,
+                            quiet=quiet)
+    upload(project, options, log=log, warn=warn, note=note)
+
+
+@app.command()
+def card(
+    project: ProjectArg = Path("."),
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the card to this file instead of printing it.")] = None,
+    build_dir: Annotated[Optional[Path], typer.Option(
+        help="Build folder a generated card lists the variants of; default: PROJECT/build.")] = None,
+) -> None:
+    """Print the card `kbuild upload` sends as README.md: CARD.md rendered as kernel-builder's
+    fill-card renders it (its front matter checked), or the card generated without one."""
+    import sys
+
+    from ..publish.card import project_card
+    text = project_card(project, build_dir)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from ..publish.card import write_card
+    write_card(output, text)
+    note(f"wrote {output}")
 
 @app.command("to-wheel")
 def to_wheel(

@@ -81,7 +81,8 @@ def api_diff(
         help="Interpreter that loads the variants; default: this one.")] = None,
 ) -> None:
     """Compare the public API of build/ (names and signatures, layers, op schemas, as a load
-    reports them) with what branch v<version> holds on the Hub. Exit 1 on an incompatible change."""
+    reports them) with the API recorded on branch v<version> of the Hub repo (the branch's code
+    is never run). Exit 1 on an incompatible change."""
     from ..publish.api import NOT_COMPARED
     from ..publish.api import api_diff as run_api_diff
     report = run_api_diff(project, repo_id=repo_id, build_dir=build_dir, python=python, warn=warn)

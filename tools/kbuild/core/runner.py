@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping
@@ -192,31 +194,53 @@ def call(cmd: list[str], *, cwd: Path | str | None = None,
 
 class Worker:
     """A long-lived program that answers each line written to its stdin with one line on stdout
-    that starts with `marker` (its other output is skipped; stderr goes to a temporary file)."""
+    that starts with `marker` (its other output is skipped; stderr goes to a temporary file).
+    A thread reads its answers, so a question can have a time limit (`ask(..., timeout=)`)."""
 
     def __init__(self, cmd: list[str], marker: str, *, env: Mapping[str, str] | None = None):
         self.marker = marker
+        self.timed_out = False
         self.stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, text=True, errors="replace", bufsize=1,
                                      env=None if env is None else dict(env))
+        self.answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def ask(self, line: str) -> str | None:
-        """The answer (after the marker), or None when the program has ended (see `errors`)."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+    def _read(self) -> None:
+        """Queues each answer, then None at the end of its output (which this thread closes)."""
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            for out in stdout:
+                if out.startswith(self.marker):
+                    self.answers.put(out[len(self.marker):].rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+        finally:
+            stdout.close()
+            self.answers.put(None)
+
+    def ask(self, line: str, timeout: float | None = None) -> str | None:
+        """The answer (after the marker), or None when the program has ended (see `errors`) or
+        has not answered within `timeout` seconds (then `timed_out` is set and it is killed)."""
+        assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):
             return None
-        for out in self.proc.stdout:
-            if out.startswith(self.marker):
-                return out[len(self.marker):].rstrip("\n")
-        return None
+        try:
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            self.timed_out = True
+            self.kill()
+            return None
 
-    def ask_json(self, line: str) -> dict | None:
-        """The answer read as JSON; None when the program ended or answered something else."""
-        answer = self.ask(line)
+    def ask_json(self, line: str, timeout: float | None = None) -> dict | None:
+        """The answer read as JSON; None when the program ended, did not answer in time or
+        answered something else."""
+        answer = self.ask(line, timeout)
         try:
             return json.loads(answer) if answer is not None else None
         except ValueError:
@@ -242,7 +266,6 @@ class Worker:
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
             self.proc.wait()
-        finally:
-            for pipe in (self.proc.stdout, self.stderr):
-                if pipe and not pipe.closed:
-                    pipe.close()
+        finally:  # stdout is closed by the thread that reads it, at its end
+            if not self.stderr.closed:
+                self.stderr.close()

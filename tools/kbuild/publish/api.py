@@ -7,17 +7,18 @@ what its real load reports (resources/scripts/probe_variant.py, remembered with 
 stages/probe_memo.py), one dict per symbol: the package's public names and those of its public
 submodules, each callable with its signature, defaults and the flags `kernels.kernelize` reads,
 each constant with its value; the layer classes with their `forward` and flags; and the
-registered op schemas. Each uploaded variant is compared with the variant of the same name on
-the branch, both loaded here; a variant this machine cannot load, or that the branch does not
-hold yet, is not compared (said so). Within a compared variant, what a record lacks (one made by
-an older kbuild) or holds only as a type (a value that is not a plain constant) is named in one
-"not compared" line.
+registered op schemas. Each uploaded variant is compared with the API recorded for the variant
+of the same name when it was uploaded to the branch (`api/<variant>.json`; the branch's code is
+never run); a variant this machine cannot load, that the branch does not hold yet, or whose
+files on the branch have no record of their API, is not compared (said so). Within a compared
+variant, what a record lacks (one made by an older kbuild) or holds only as a type (a value that
+is not a plain constant) is named in one "not compared" line.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,7 @@ from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, SIGNATURE
 from ..stages.check import probe_load
-from .hub import REPO_TYPE, HubClient
+from .hub import HubClient
 from .sync import git_blob_oid
 
 Log = Callable[[str], None]
@@ -267,51 +268,108 @@ def compare(variant: str, old: dict, new: dict) -> list[Change]:
 
 
 # ----------------------------------------------------------------------------- against the Hub
+#
+# The branch's copy of a variant is never loaded (its code would run here, with this job's
+# secrets): each upload records the API of every variant it uploads, read from the load of the
+# LOCAL build, in `api/<variant>.json` beside `build/` on the branch, with the git blob ids of the
+# files it describes. The next upload compares its own build's API with that record, when the
+# record describes the files the branch holds; otherwise the variant is not compared (said so).
+
+RECORDS = "api"             # the records' folder on a branch (nothing else reads it)
+RECORD_FORMAT = "kbuild-api/1"
+MAX_RECORD_BYTES = 1 << 20  # a bigger record is not read
+
+
+def record_path(variant: str) -> str:
+    return f"{RECORDS}/{variant}.json"
 
 
 def _oids(variant: BuiltVariant) -> dict[str, str]:
-    """Git blob ids of what ships, but the signature (it changes with every signing)."""
-    return {f"build/{variant.name}/{p.relative_to(variant.path).as_posix()}": git_blob_oid(p)
-            for p in variant.files() if p.relative_to(variant.path).as_posix() != SIGNATURE}
+    """Git blob ids of what ships, by path in the variant, but the signature (it changes with
+    every signing)."""
+    return {p.relative_to(variant.path).as_posix(): git_blob_oid(p) for p in variant.files()
+            if p.relative_to(variant.path).as_posix() != SIGNATURE}
 
 
-def api_report(hub: HubClient, branch: str, variants: list[BuiltVariant], *,
-               python: str | None = None) -> ApiReport:
-    """Each variant's API against the same variant on `branch` of the Hub repo (reads only)."""
+def local_apis(variants: list[BuiltVariant], python: str | None = None) -> dict[str, dict | str]:
+    """Each variant's API as its load here reports it (stages/check.py: a process without this
+    environment's secrets, with a time limit; remembered with the load), or why there is none."""
+    apis: dict[str, dict | str] = {}
+    for v in variants:
+        result = probe_load(v.path, python, v.metadata.id or "")
+        if not result["loadable"]:
+            apis[v.name] = f"cannot load it here ({result['reason']})"
+        elif not result.get("api"):
+            apis[v.name] = f"its load did not report it ({result.get('api_error') or 'unknown'})"
+        else:
+            apis[v.name] = result["api"]
+    return apis
+
+
+def api_record(variant: BuiltVariant, api: dict) -> bytes:
+    """`api/<variant>.json`: the API of exactly these files (same API, same files: same bytes)."""
+    doc = {"format": RECORD_FORMAT, "variant": variant.name, "files": _oids(variant), "api": api}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _read_record(data: bytes, variant: str) -> dict:
+    """The record's fields, or ValueError saying why it is not one."""
+    doc = json.loads(data)
+    if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT:
+        raise ValueError(f"not a {RECORD_FORMAT} record")
+    if doc.get("variant") != variant or not isinstance(doc.get("files"), dict) \
+            or not isinstance(doc.get("api"), dict):
+        raise ValueError("its variant, files or api is missing or of the wrong shape")
+    return doc
+
+
+def api_report(hub: HubClient, branch: str, variants: list[BuiltVariant],
+               apis: dict[str, dict | str]) -> ApiReport:
+    """Each variant's API (`apis`, from local_apis) against the record of the same variant on
+    `branch` of the Hub repo. Reads only, and never the branch's code."""
+    from huggingface_hub import RepoFile
+
     report = ApiReport(branch)
     head = hub.call("reading refs", hub.branches).get(branch) if hub.exists() else None
     if head is None:
         report.notes.append(f"{hub.repo_id} has no branch {branch} yet: no API to compare with")
         return report
-    folders = [f"build/{v.name}" for v in variants]
-    remote = hub.call(f"listing {branch}", lambda: hub.tree(head, folders))
-    to_load = []
+    folders = [f"build/{v.name}" for v in variants] + [RECORDS]
+    remote = hub.call(f"listing {branch}", lambda: hub.entries(head, folders))
     for v in variants:
-        theirs = {p: o for p, o in remote.items()
-                  if p.startswith(f"build/{v.name}/") and not p.endswith(f"/{SIGNATURE}")}
+        prefix = f"build/{v.name}/"
+        theirs = {p[len(prefix):]: e.blob_id for p, e in remote.items()
+                  if p.startswith(prefix) and not p.endswith(f"/{SIGNATURE}")}
         if not theirs:
             report.notes.append(f"{v.name}: new on {branch}, nothing to compare with")
-        elif theirs != _oids(v):
-            to_load.append(v)
-    if not to_load:
-        return report
-    with tempfile.TemporaryDirectory(prefix="kbuild-api-") as tmp:
-        hub.call(f"downloading {branch}", lambda: hub.api.snapshot_download(
-            hub.repo_id, repo_type=REPO_TYPE, revision=head, local_dir=tmp,
-            allow_patterns=[f"build/{v.name}/*" for v in to_load]))
-        for v in to_load:
-            theirs, _ = BuiltVariant.read(Path(tmp) / "build" / v.name)
-            new = probe_load(v.path, python, v.metadata.id or "")
-            old = probe_load(theirs.path, python, theirs.metadata.id or "") if theirs else None
-            if not new["loadable"] or old is None or not old["loadable"]:
-                why = new["reason"] if not new["loadable"] else (
-                    old["reason"] if old else f"the {branch} copy has no readable metadata.json")
-                report.notes.append(f"{v.name}: API not compared: cannot load it here ({why})")
-            elif not new.get("api") or not old.get("api"):
-                report.notes.append(f"{v.name}: API not compared: its load did not report it "
-                                    f"({new.get('api_error') or old.get('api_error') or 'unknown'})")
-            else:
-                report.changes += compare(v.name, old["api"], new["api"])
+            continue
+        if theirs == _oids(v):
+            continue  # the branch holds these very files
+        record = remote.get(record_path(v.name))
+        why = None
+        if not isinstance(record, RepoFile):
+            why = "no API record"
+        elif record.size > MAX_RECORD_BYTES:
+            why = f"its API record is {record.size} bytes, over {MAX_RECORD_BYTES}"
+        elif isinstance(apis.get(v.name), str):
+            why = str(apis[v.name])
+        if why:
+            report.notes.append(f"{v.name}: API not compared ({why})")
+            continue
+        try:
+            doc = _read_record(hub.read_file(head, record_path(v.name), MAX_RECORD_BYTES), v.name)
+            if doc["files"] != theirs:
+                report.notes.append(f"{v.name}: API not compared (its API record on {branch} "
+                                    "describes other files than the branch holds: uploaded by "
+                                    "another tool since?)")
+                continue
+            changes = compare(v.name, doc["api"], apis[v.name])  # type: ignore[arg-type]
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            # JSON of another shape than a record, however deep or odd: data, said so
+            report.notes.append(f"{v.name}: API not compared (its API record on {branch} is "
+                                f"unreadable: {type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        report.changes += changes
     return report
 
 
@@ -354,4 +412,5 @@ def api_diff(project: Path, *, repo_id: str | None = None, build_dir: Path | Non
     if not variants:
         raise BuildError("no readable variants", file=build_dir, hint="run `kbuild build` first")
     hub = HubClient(repo_id, endpoint=endpoint, token=None, log=warn, retries=2, backoff=0.5)
-    return api_report(hub, general.hub.branch or f"v{general.version}", variants, python=python)
+    return api_report(hub, general.hub.branch or f"v{general.version}", variants,
+                      local_apis(variants, python))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit
 
 from ..core.errors import BuildError
@@ -121,6 +122,21 @@ def _hub_error(exc: BaseException, *, what: str, repo_id: str, endpoint: str,
     return BuildError(f"{what}: {type(exc).__name__}" + (f": {detail[0]}" if detail else ""))
 
 
+@contextmanager
+def no_progress_bars(off: bool = True) -> Iterator[None]:
+    """huggingface_hub's progress bars off for a while (when `off`), as they were afterwards."""
+    from huggingface_hub.utils import (are_progress_bars_disabled, disable_progress_bars,
+                                       enable_progress_bars)
+    was_off = are_progress_bars_disabled()
+    if off:
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if off and not was_off:
+            enable_progress_bars()
+
+
 KERNEL_REPOS_SINCE = (2, 3)  # huggingface_hub's first release that commits to kernel repos
 
 
@@ -204,20 +220,49 @@ class HubClient:
         refs = self.api.list_repo_refs(self.repo_id, repo_type=REPO_TYPE)
         return {t.name: t.target_commit for t in refs.tags}
 
+    def entries(self, revision: str, paths: list[str]) -> dict[str, Any]:
+        """{path: RepoFile | RepoFolder} of everything under the folders `paths` at `revision`."""
+        from huggingface_hub.errors import EntryNotFoundError
+        out: dict[str, Any] = {}
+        for top in paths:
+            try:
+                out.update({e.path: e for e in self.api.list_repo_tree(
+                    self.repo_id, path_in_repo=top, recursive=True, revision=revision,
+                    repo_type=REPO_TYPE)})
+            except EntryNotFoundError:
+                continue
+        return out
+
     def tree(self, revision: str, paths: list[str]) -> dict[str, str]:
         """{path: blob oid} of every file under the folders `paths` at `revision`."""
         from huggingface_hub import RepoFile
-        from huggingface_hub.errors import EntryNotFoundError
-        out: dict[str, str] = {}
-        for top in paths:
-            try:
-                entries = list(self.api.list_repo_tree(self.repo_id, path_in_repo=top,
-                                                       recursive=True, revision=revision,
-                                                       repo_type=REPO_TYPE))
-            except EntryNotFoundError:
-                continue
-            out.update({e.path: e.blob_id for e in entries if isinstance(e, RepoFile)})
-        return out
+        return {p: e.blob_id for p, e in self.entries(revision, paths).items()
+                if isinstance(e, RepoFile)}
+
+    def read_file(self, revision: str, path: str, max_bytes: int) -> bytes:
+        """A small file's bytes (no progress bar, nothing cached); ValueError past `max_bytes`,
+        whatever size the listing said."""
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+        url = hf_hub_url(self.repo_id, path, repo_type=REPO_TYPE, revision=revision,
+                         endpoint=self.endpoint)
+
+        def fetch() -> bytes | None:
+            with get_session().stream("GET", url, headers=build_hf_headers(token=self.api.token),
+                                      follow_redirects=True, timeout=60) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    hf_raise_for_status(response)
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > max_bytes:
+                        return None
+                return bytes(data)
+        data = self.call(f"reading {path}", fetch)
+        if data is None:
+            raise ValueError(f"{path} is over {max_bytes} bytes")
+        return data
 
     def file_oids(self, revision: str, paths: list[str]) -> dict[str, str]:
         from huggingface_hub import RepoFile

@@ -66,29 +66,43 @@ class SyncResult:
     pr_url: str | None = None
 
 
+def local_oids(local: dict[str, Path | bytes]) -> dict[str, str]:
+    """The git blob id of each file to upload (reads every one: an unreadable file fails here)."""
+    return {p: git_blob_oid(src) if isinstance(src, Path) else _bytes_oid(src)
+            for p, src in local.items()}
+
+
 def sync_branch(hub: HubClient, *, branch: str, local: dict[str, Path | bytes], dirs: list[str],
                  files: list[str], delete_under: list[str], message: str, description: str,
-                 create_pr: bool, dry_run: bool) -> SyncResult:
+                 create_pr: bool, dry_run: bool, base: str | None = None,
+                 oids: dict[str, str] | None = None) -> SyncResult:
     """Bring `branch` to `local` in one commit (or a PR): remote state is read from the
     folders `dirs` (recursively) and the single `files`; stale files are deleted only under
-    the `delete_under` prefixes."""
+    the `delete_under` prefixes. A dry run of a branch not made yet compares with `base`, the
+    branch it will be made from. `oids`: local_oids(local), when already known."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    oids = {p: git_blob_oid(src) if isinstance(src, Path) else _bytes_oid(src)
-            for p, src in local.items()}
+    oids = oids if oids is not None else local_oids(local)
     what = f"upload to {hub.repo_id}@{branch}"
     state: dict[str, Any] = {"first_head": None, "first_diff": None}
 
+    def remote_files(head: str) -> dict[str, str]:
+        remote = hub.tree(head, dirs)
+        if files:
+            remote.update(hub.file_oids(head, files))
+        return remote
+
     def attempt() -> SyncResult:
-        head = hub.branches().get(branch)
+        branches = hub.branches()
+        head = branches.get(branch)
         if head is None:
             if not dry_run:
                 raise BuildError(f"{what}: branch {branch} disappeared during the upload",
                                  hint="run it again")
-            return SyncResult(compute_diff(oids, {}, delete_under), None, None)
-        remote = hub.tree(head, dirs)
-        if files:
-            remote.update(hub.file_oids(head, files))
+            start = branches.get(base) if base else None
+            return SyncResult(compute_diff(oids, remote_files(start) if start else {},
+                                           delete_under), None, None)
+        remote = remote_files(head)
         diff = compute_diff(oids, remote, delete_under)
         first = state["first_head"]
         if first is None:

@@ -1,42 +1,50 @@
 """Stage: publish — upload a checked build folder to a Hub kernel repo (`kbuild upload`).
 
 What lands where (the reference uploader's layout):
-- `build/<variant>/…` and `benchmarks/benchmark*.py` on branch `v<version>` (created from
-  `main` when missing), in ONE commit per upload: every add plus a delete of every remote file
-  under an uploaded variant's folder that the local variant no longer has (`sync.py`).
-- With `--tag`, the release tag on that commit, then `README.md` on `main`, from `CARD.md` or a
-  generated card (`card.py`), in a separate commit.
+- `build/<variant>/…`, `benchmarks/benchmark*.py` and each variant's API record
+  (`api/<variant>.json`, publish/api.py) on branch `v<version>` (or --branch; created from `main`
+  when missing, without main's `build/`), in ONE commit per upload: every add plus a delete of
+  every remote file under an uploaded variant's folder that the local variant no longer has
+  (`sync.py`).
+- With `--tag`, the release tag on that commit; then `README.md` on `main`, from CARD.md rendered
+  or a generated card (`card.py`), in a second commit (the same one when the branch is `main`).
 
-Everything that can be known to fail is checked before the first write: the variants, the
-endpoint, the token (valid, not read-only), the signatures (`--require-signature`), the public API
-against the branch (`api.py`), the refs, and an existing `--tag`. `--sign` signs after the
-variants' checks and the API guard, before the first write (`sign.py`). The token
-(HF_TOKEN or `hf auth login`) and URL credentials are never printed (`hub.Scrub`).
+Everything is prepared and checked before the first write: the options, the card (rendered, its
+front matter read), the endpoint, the token (valid, not read-only), the variants (checked and
+loaded, each in a process without this environment's secrets), the signatures
+(`--require-signature`), the public API against the branch's records (`api.py`; the branch's
+code is never run), the local variants unchanged since before their loads, every branch's files
+and their diff, the refs and an existing `--tag`. `--sign` signs after all of that (`sign.py`).
+A failure between two writes names what landed; the same command again uploads only what is
+missing. The token (HF_TOKEN or `hf auth login`) and URL credentials are never printed
+(`hub.Scrub`).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant, variant_dirs
+from ..stages.check import BYTECODE, PROBERS, SIGNATURE_CODES, check_variant, variant_dirs
 from ..stages.frameworks import not_made_by
 from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
-from ..core.built import BuiltVariant
+from ..core.built import BuiltVariant, shipped_files
 from ..core.errors import BuildError
 from ..core.metadata import KernelGit, VariantMetadata
-from ..core.layout import MANIFEST, METADATA, Layout
+from ..core.layout import MANIFEST, METADATA, SIGNATURE, Layout
 from ..core.runner import capture
 from . import api
-from .card import card_text
-from .hub import REPO_TYPE, HubClient, check_client, check_endpoint
+from .card import card_text, read_card, render_card
+from .hub import REPO_TYPE, HubClient, check_client, check_endpoint, no_progress_bars
+from .outcome import (DRY_RUN, NO_CHANGES, PR_CREATED, UPLOADED, UploadResult, announce,
+                      kernel_url, log_done, print_plan, result_of, write_json)
+from .refs import check_branch, check_branch_version, check_tag
 from .sign import SigningOptions, require_signed, sign_variants
-from .sync import Diff, SyncResult, compute_diff, git_blob_oid, sync_branch
+from .sync import Diff, SyncResult, compute_diff, git_blob_oid, local_oids, sync_branch
 
 MAIN = "main"
 README = "README.md"
@@ -47,40 +55,6 @@ Log = Callable[[str], None]
 
 def _silent(_: str) -> None:
     pass
-
-
-# ----------------------------------------------------------------------------- results
-
-
-@dataclass
-class PullRequest:
-    branch: str
-    url: str
-
-
-@dataclass
-class UploadResult:
-    """`--output-json`: ours, with the fields upstream's `kernel-builder upload --output-json`
-    writes and CI bots read (`status`, `repo_id`, `branch`, `url`, `pull_requests`)."""
-
-    status: str  # uploaded | unchanged | pr-opened | dry-run
-    repo_id: str
-    branch: str
-    commit: str | None
-    url: str
-    pr_url: str | None
-    added: list[str]
-    changed: list[str]
-    deleted: list[str]
-    unchanged: list[str]
-    variants: list[str]
-    skipped: dict[str, list[str]]
-    readme: dict[str, Any]
-    tag: str | None = None
-    pull_requests: list[PullRequest] = field(default_factory=list)  # every one opened
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # ----------------------------------------------------------------------------- local side
@@ -188,15 +162,6 @@ def version_files(project: Path, variants: list[BuiltVariant]) -> dict[str, Path
 # ----------------------------------------------------------------------------- upload
 
 
-def _check_tag(tag: str, version: int) -> None:
-    m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
-    if not m:
-        raise BuildError(f"--tag {tag!r} is not a full release tag like v{version}.0.0")
-    if int(m[1]) != version:
-        raise BuildError(f"--tag {tag} does not belong to version {version} (branch v{version})",
-                         hint=f"use v{version}.<minor>.<patch>, or bump general.version")
-
-
 @dataclass(frozen=True)
 class UploadOptions:
     """What `kbuild upload` was asked to do, resolved once."""
@@ -220,139 +185,242 @@ class UploadOptions:
     signing: SigningOptions = SigningOptions()
     allow_api_change: bool = False   # upload even if the public API of this version breaks
     branch: str | None = None        # default: build.toml [general.hub] branch, else v<version>
+    repo_type: str = REPO_TYPE       # upstream's --repo-type: kernel repos only
+    quiet: bool = False              # no progress lines, no progress bars (-q)
 
 
-BRANCH = re.compile(r"(?!.*\.\.)(?!.*@\{)(?!/)(?!.*/$)(?!.*\.lock$)[A-Za-z0-9._/-]{1,200}")
+@dataclass
+class BranchPlan:
+    """One commit to make: `branch` brought to `local` (sync.py's arguments)."""
 
+    branch: str
+    local: dict[str, Path | bytes]
+    dirs: list[str]
+    files: list[str]
+    delete_under: list[str]
+    message: str
+    description: str = ""
+    exists: bool = True
+    oids: dict[str, str] | None = None
 
-def check_branch(branch: str) -> str:
-    """A branch name the Hub and git accept (refused before anything is read or written)."""
-    if not BRANCH.fullmatch(branch) or branch.startswith(("-", ".")) or "//" in branch:
-        raise BuildError(f"--branch {branch!r} is not a branch name", key="--branch",
-                         hint="letters, digits, `.`, `_`, `-` and `/` (no `..`, no leading `-`, "
-                              "`.` or `/`), e.g. main or v1")
-    return branch
+    def sync(self, hub: HubClient, *, create_pr: bool, dry_run: bool) -> SyncResult:
+        return sync_branch(hub, branch=self.branch, local=self.local, dirs=self.dirs,
+                           files=self.files, delete_under=self.delete_under, message=self.message,
+                           description=self.description, create_pr=create_pr, dry_run=dry_run,
+                           base=MAIN, oids=self.oids)
 
 
 def upload(project: Path, options: UploadOptions = UploadOptions(), *, log: Log = print,
-           warn: Log = print) -> UploadResult:
-    o = options
-    repo_id, build_dir, tag, create_pr, dry_run = o.repo_id, o.build_dir, o.tag, o.create_pr, o.dry_run
-    check_endpoint(o.endpoint)  # before anything imports huggingface_hub
+           warn: Log = print, note: Log | None = None) -> UploadResult:
+    """`log`: progress and the result line (stdout); `warn`: warnings; `note`: upstream's
+    stderr line (default: `log`). `quiet` keeps the result lines and warnings only."""
+    check_endpoint(options.endpoint)  # before anything imports huggingface_hub
+    with no_progress_bars(options.quiet):
+        return _upload(project, options, say=log, progress=_silent if options.quiet else log,
+                       warn=warn, note=note or log)
+
+
+def _upload(project: Path, o: UploadOptions, *, say: Log, progress: Log, warn: Log,
+            note: Log) -> UploadResult:
+    log = progress
+    create_pr, dry_run, tag = o.create_pr, o.dry_run, o.tag
+    if o.repo_type != REPO_TYPE:
+        raise BuildError(f"--repo-type {o.repo_type!r}: kbuild uploads to kernel repos only",
+                         key="--repo-type", hint="pass --repo-type kernel (the default) or leave "
+                                                 "it out")
+    if o.branch is not None:
+        check_branch(o.branch)
     if not dry_run:
         check_client()
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
-    repo_id = repo_id or general.hub.repo_id
+    repo_id = o.repo_id or general.hub.repo_id
     if not repo_id:
         raise BuildError("no repo id to upload to", file=project / MANIFEST,
                          key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise BuildError(f"repo id {repo_id!r} is not of the form org/name", key="--repo-id")
     if tag is not None:
-        _check_tag(tag, general.version)
+        check_tag(tag, general.version)
         if create_pr:
             raise BuildError("--tag cannot be combined with --create-pr",
                              hint="merge the pull request, then tag the merge commit")
+    if o.branch is not None:
+        branch = o.branch
+    else:
+        branch = check_branch(general.hub.branch, key="general.hub.branch") \
+            if general.hub.branch else f"v{general.version}"
+    check_branch_version(branch, general.version,
+                         key="--branch" if o.branch is not None else "general.hub.branch")
+    card = read_card(project)  # rendered and its front matter read before anything else
+    readme = render_card(project, manifest, repo_id, card) if card is not None else None
     if not dry_run and not (o.token or HubClient._token()):
         raise BuildError("no Hugging Face token", hint="set HF_TOKEN or run `hf auth login`")
-    branch = check_branch(o.branch) if o.branch else general.hub.branch or f"v{general.version}"
-    build_dir = Layout.of(project, build_dir).build_dir
+    build_dir = Layout.of(project, o.build_dir).build_dir
 
     hub = HubClient(repo_id, endpoint=o.endpoint, token=o.token, log=warn, retries=o.retries,
                     backoff=o.backoff)
     if not dry_run and not create_pr:
         _check_write_access(hub)  # a wrong token fails in a second, before the load checks
 
+    before = {d.name: _fingerprint(d) for d in (variant_dirs(build_dir) if build_dir.is_dir()
+                                                 else [])}  # before any of them is loaded
     variants, skipped = select_variants(project, build_dir, manifest, allow_dirty=o.allow_dirty,
                                         load=o.load, python=o.python, log=log, warn=warn,
                                         resign=o.sign)
     if o.require_signature and not o.sign:
         require_signed(variants, skipped)
-    if o.load:  # the API is what the load reports (publish/api.py)
-        api.guard(api.api_report(hub, branch, variants, python=o.python), project=project,
-                  version=general.version, allow=o.allow_api_change, log=log, warn=warn)
+    records: dict[str, bytes] = {}
+    report = None
+    if o.load:  # the API is what the load of the local build reports (publish/api.py)
+        apis = api.local_apis(variants, o.python)
+        report = api.api_report(hub, branch, variants, apis)
+        api.guard(report, project=project, version=general.version, allow=o.allow_api_change,
+                  log=log, warn=warn)
+        records = {v.name: api.api_record(v, a) for v in variants
+                   if isinstance(a := apis[v.name], dict)}
+        for name in (v.name for v in variants if v.name not in records):
+            log(f"api: {name}: no API recorded: {apis[name]}")
+    PROBERS.close()  # no process that ran a variant's code is left while its files upload
+    _unchanged_since_loaded(variants, before)
     if o.sign and not dry_run:  # after the checks, before the first write
         sign_variants(variants, o.signing, log=log)
+        _unchanged_since_loaded(variants, before, but=(SIGNATURE,))
     elif o.sign:
         log(f"dry run: would sign {len(variants)} variant(s); no certificate is requested")
-    to_upload = version_files(project, variants)
-    readme, readme_source = card_text(project, manifest, repo_id, variants)
-    if len(to_upload) > MAX_OPERATIONS:
-        log(f"note: {len(to_upload)} files in one commit (the reference uploader batches by "
-            f"{MAX_OPERATIONS}); one commit keeps the upload atomic")
+    if readme is None:
+        readme_source = "generated"
+        readme, _ = card_text(project, manifest, repo_id, variants)
+    else:
+        readme_source = "CARD.md"
 
-    names = ", ".join(v.name for v in variants)
-    message = f"Upload {general.name} version {general.version} ({names})"
-    description = _commit_description(variants)
-    delete_under = [f"build/{v.name}/" for v in variants]
-
-    version_branch = dict(local=to_upload, dirs=["build", "benchmarks"], files=[],
-                          delete_under=delete_under, message=message, description=description)
-    main_branch = dict(local={README: readme.encode()}, dirs=[], files=[README], delete_under=[],
-                       message=f"Update README.md ({readme_source})", description="")
-
-    # Reads and checks only, up to the first write.
+    # Every branch's files, read and hashed; then the Hub's state, read.
     exists = hub.exists()
     branches, tags = hub.call("reading refs", hub.refs) if exists else ({}, {})
-    branch_exists = branch in branches
-    if dry_run or tag in tags:
-        planned = (sync_branch(hub, branch=branch, create_pr=False, dry_run=True, **version_branch)
-                   if branch_exists else SyncResult(compute_diff(
-                       {p: git_blob_oid(f) for p, f in to_upload.items()}, {}, delete_under), None, None))
-        if tag in tags:
-            _check_tag_stays(hub, tag, tags[tag], branch, planned)  # type: ignore[arg-type]
+    plans = _plans(project, general, variants, records, readme.encode(), readme_source, branch,
+                   branch_exists=branch in branches)
+    for plan in plans:
+        plan.oids = local_oids(plan.local)
+    if len(plans[0].local) > MAX_OPERATIONS:
+        log(f"note: {len(plans[0].local)} files in one commit (the reference uploader batches "
+            f"by {MAX_OPERATIONS}); one commit keeps the upload atomic")
+    planned = [(p.sync(hub, create_pr=False, dry_run=True) if exists else
+                SyncResult(_new_diff(p), None, None)) for p in plans]
+    if tag in tags:
+        _check_tag_stays(hub, tag, tags[tag], branch, planned[0])  # type: ignore[arg-type]
+    api_lines = ([f"api: {n}" for n in report.notes] + [f"api: {c.line()}" for c in report.changes]
+                 if report else [])
     if dry_run:
-        readme_sync = (sync_branch(hub, branch=MAIN, create_pr=False, dry_run=True, **main_branch)
-                       if exists else SyncResult(Diff(added=[README]), None, None))
-        _print_plan(log, repo_id, branch, planned.diff, readme_sync.diff, exists, branch_exists,
-                    create_pr, tag)
-        result = _result("dry-run", hub, repo_id, branch, planned, variants, skipped,
-                         _readme_json(readme_sync, readme_source), tag)
-        _write_json(o.output_json, result)
+        print_plan(log, repo_id, [(p.branch, s.diff, p.exists) for p, s in zip(plans, planned)],
+                   exists, create_pr, tag, readme_on=plans[-1].branch)
+        result = result_of(DRY_RUN, hub, branch, planned, variants, skipped,
+                           readme_source, tag, api_lines)
+        result.url = kernel_url(hub.scrub(hub.endpoint), repo_id, branch)
+        write_json(o.output_json, result)
         return result
 
-    if not exists:
-        hub.call(f"creating {repo_id}", lambda: hub.api.create_repo(
-            repo_id, repo_type=REPO_TYPE, private=o.private, exist_ok=True))
-        log(f"created kernel repo {repo_id}" + (" (private)" if o.private else ""))
-    if not branch_exists and branch != MAIN:
-        hub.call(f"creating branch {branch}", lambda: hub.api.create_branch(
-            repo_id, branch=branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True))
-        log(f"created branch {branch} from {MAIN}")
-
-    sync = sync_branch(hub, branch=branch, create_pr=create_pr, dry_run=False, **version_branch)
+    synced = _write(hub, plans, o, tag=tag, exists=exists, log=log)
     if create_pr:
-        status = "pr-opened" if sync.pr_url else "unchanged"
+        status = PR_CREATED if any(s.pr_url for s in synced) else NO_CHANGES
     else:
-        status = "uploaded" if sync.commit else "unchanged"
-    if tag is not None:  # before the README: a failure here leaves main as it was
-        _tag(hub, tag, sync.commit or sync.head)  # type: ignore[arg-type]
-    readme_sync = sync_branch(hub, branch=MAIN, create_pr=create_pr, dry_run=False, **main_branch)
-
-    diff = sync.diff
-    if create_pr and sync.pr_url:
-        log(f"opened pull request {hub.scrub(sync.pr_url)} against {branch}: {len(diff.added)} "
-            f"added, {len(diff.changed)} changed, {len(diff.deleted)} deleted")
-        log(f"Pull request created: {hub.scrub(sync.pr_url)}")  # upstream's line, read by CI bots
-    elif sync.commit:
-        log(f"uploaded {names} to {repo_id}@{branch}: {len(diff.added)} added, "
-            f"{len(diff.changed)} changed, {len(diff.deleted)} deleted, "
-            f"{len(diff.unchanged)} unchanged -> {hub.scrub(sync.commit_url or sync.commit)}")
-    else:
-        log(f"{repo_id}@{branch} is up to date ({len(diff.unchanged)} files); no commit")
-    if tag is not None:
-        log(f"tagged {(sync.commit or sync.head or '')[:12]} as {tag}")
-    if readme_sync.pr_url:
-        log(f"opened pull request {hub.scrub(readme_sync.pr_url)} for README.md on {MAIN}")
-        log(f"Pull request created: {hub.scrub(readme_sync.pr_url)}")
-    elif readme_sync.commit:
-        log(f"updated README.md on {MAIN} ({readme_source})")
-    result = _result(status, hub, repo_id, branch, sync, variants, skipped,
-                     _readme_json(readme_sync, readme_source), tag)
-    _write_json(o.output_json, result)
+        status = UPLOADED if any(s.commit for s in synced) else NO_CHANGES
+    result = result_of(status, hub, branch, synced, variants, skipped, readme_source, tag,
+                       api_lines)
+    log_done(log, hub, [p.branch for p in plans], synced, tag, readme_source)
+    write_json(o.output_json, result)
+    announce(result, say=say, note=note)
     return result
+
+
+def _fingerprint(variant: Path) -> dict[str, str]:
+    """Git blob id of every file of a variant folder that ships."""
+    return {p.relative_to(variant).as_posix(): git_blob_oid(p) for p in shipped_files(variant)}
+
+
+def _unchanged_since_loaded(variants: list[BuiltVariant], before: dict[str, dict[str, str]],
+                            but: tuple[str, ...] = ()) -> None:
+    """Refuses a variant whose files changed since before its load check (a load runs the
+    variant's own code, and the API guard loads it again)."""
+    for v in variants:
+        old = {p: o for p, o in before.get(v.name, {}).items() if p not in but}
+        new = {p: o for p, o in _fingerprint(v.path).items() if p not in but}
+        if old != new:
+            changed = sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p))
+            raise BuildError(f"variant {v.name} changed while it was checked and loaded "
+                             f"({', '.join(changed[:5])}); nothing was written",
+                             file=v.path, hint="something changed the build folder (its own code "
+                             "when it was loaded?); rebuild, check what it runs at import, and "
+                             "upload again")
+
+
+def _plans(project: Path, general: Any, variants: list[BuiltVariant], records: dict[str, bytes],
+           readme: bytes, readme_source: str, branch: str, *, branch_exists: bool
+           ) -> list[BranchPlan]:
+    """The commits of this upload: the version branch's, then README.md on main (one commit
+    when the branch is main). A new branch starts as a copy of main: the main's `build/`, `api/`
+    and `benchmarks/` are not carried into it."""
+    to_upload: dict[str, Path | bytes] = dict(version_files(project, variants))
+    to_upload.update({api.record_path(name): data for name, data in records.items()})
+    names = ", ".join(v.name for v in variants)
+    dirs = ["build", "benchmarks", api.RECORDS]
+    delete_under = ([f"{d}/" for d in dirs] if not branch_exists and branch != MAIN
+                    else [f"build/{v.name}/" for v in variants])
+    version = BranchPlan(branch, to_upload, dirs, [], delete_under,
+                         f"Upload {general.name} version {general.version} ({names})",
+                         _commit_description(variants), exists=branch_exists)
+    if branch == MAIN:
+        version.local[README] = readme
+        version.files = [README]
+        return [version]
+    return [version, BranchPlan(MAIN, {README: readme}, [], [README], [],
+                                f"Update README.md ({readme_source})")]
+
+
+def _new_diff(plan: BranchPlan) -> Diff:
+    return compute_diff(plan.oids or {}, {}, plan.delete_under)
+
+
+def _write(hub: HubClient, plans: list[BranchPlan], o: UploadOptions, *, tag: str | None,
+           exists: bool, log: Log) -> list[SyncResult]:
+    """The writes, in order; a failure after the first names what landed."""
+    landed: list[str] = []
+
+    def step(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except BuildError as e:
+            if not landed:
+                raise
+            raise BuildError(f"{e.message}; already on {hub.repo_id}: {'; '.join(landed)}",
+                             hint="run the same command again to finish: it uploads only what "
+                                  "is missing") from None
+
+    repo_id = hub.repo_id
+    if not exists:
+        step(lambda: hub.call(f"creating {repo_id}", lambda: hub.api.create_repo(
+            repo_id, repo_type=REPO_TYPE, private=o.private, exist_ok=True)))
+        log(f"created kernel repo {repo_id}" + (" (private)" if o.private else ""))
+        landed.append("the repo, created")
+    synced: list[SyncResult] = []
+    for i, plan in enumerate(plans):
+        if not plan.exists and plan.branch != MAIN:
+            step(lambda: hub.call(f"creating branch {plan.branch}", lambda: hub.api.create_branch(
+                repo_id, branch=plan.branch, revision=MAIN, repo_type=REPO_TYPE, exist_ok=True)))
+            log(f"created branch {plan.branch} from {MAIN}")
+            landed.append(f"branch {plan.branch}, created")
+        sync = step(lambda: plan.sync(hub, create_pr=o.create_pr, dry_run=False))
+        synced.append(sync)
+        d = sync.diff
+        if sync.pr_url:
+            landed.append(f"pull request {hub.scrub(sync.pr_url)} against {plan.branch}")
+        elif sync.commit:
+            landed.append(f"{plan.branch} at {sync.commit[:12]} ({len(d.added)} added, "
+                          f"{len(d.changed)} changed, {len(d.deleted)} deleted)")
+        if i == 0 and tag is not None:  # before the README: a failure here leaves main as it was
+            step(lambda: _tag(hub, tag, sync.commit or sync.head))
+            landed.append(f"tag {tag}")
+    return synced
 
 
 def _check_write_access(hub: HubClient) -> None:
@@ -396,53 +464,3 @@ def _tag(hub: HubClient, tag: str, target: str) -> None:
                          hint="release tags are never moved; pick the next version number")
     hub.call(f"tagging {tag}", lambda: hub.api.create_tag(
         hub.repo_id, tag=tag, revision=target, repo_type=REPO_TYPE, exist_ok=False))
-
-
-def _readme_json(sync: SyncResult, source: str) -> dict[str, Any]:
-    d = sync.diff
-    state = "added" if d.added else "changed" if d.changed else "unchanged"
-    return {"source": source, "state": state, "commit": sync.commit, "pr_url": sync.pr_url}
-
-
-def _result(status: str, hub: HubClient, repo_id: str, branch: str, sync: SyncResult,
-            variants: list[BuiltVariant], skipped: dict[str, list[str]], readme: dict[str, Any],
-            tag: str | None) -> UploadResult:
-    d = sync.diff
-    url = hub.scrub(sync.commit_url or f"{hub.endpoint}/kernels/{repo_id}/tree/{branch}")
-    pr_url = hub.scrub(sync.pr_url) if sync.pr_url else None
-    readme = {**readme, "pr_url": hub.scrub(readme["pr_url"]) if readme.get("pr_url") else None}
-    prs = [PullRequest(b, u) for b, u in ((branch, pr_url), (MAIN, readme["pr_url"])) if u]
-    return UploadResult(status=status, repo_id=repo_id, branch=branch, commit=sync.commit, url=url,
-                        pr_url=pr_url, added=d.added,
-                        changed=d.changed, deleted=d.deleted, unchanged=d.unchanged,
-                        variants=[v.name for v in variants], skipped=skipped, readme=readme, tag=tag,
-                        pull_requests=prs)
-
-
-def _write_json(path: Path | None, result: UploadResult) -> None:
-    if path is None:
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    tmp.replace(path)
-
-
-def _print_plan(log: Log, repo_id: str, branch: str, diff: Diff, readme: Diff, exists: bool,
-                branch_exists: bool, create_pr: bool, tag: str | None) -> None:
-    log(f"dry run: nothing is written to {repo_id}")
-    if not exists:
-        log(f"would create kernel repo {repo_id}")
-    if not branch_exists and branch != MAIN:
-        log(f"would create branch {branch} from {MAIN}")
-    target = f"a pull request against {branch}" if create_pr else f"branch {branch}"
-    log(f"{target}: {len(diff.added)} added, {len(diff.changed)} changed, "
-        f"{len(diff.deleted)} deleted, {len(diff.unchanged)} unchanged")
-    for label, paths in (("add", diff.added), ("change", diff.changed), ("delete", diff.deleted)):
-        for p in paths:
-            log(f"  {label:<7} {p}")
-    state = "add" if readme.added else "change" if readme.changed else "unchanged"
-    log(f"{README} on {MAIN}: {state}")
-    if tag:
-        log(f"would tag the {branch} commit as {tag}")

@@ -15,6 +15,7 @@ from ..core.backend import Backend
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.runner import Worker
+from ..core.secrets import without_secrets
 from ..core.signature import INVALID, STALE, signature_state
 from ..core.variant import Variant, VariantError
 from ..core.layout import MANIFEST, METADATA
@@ -325,6 +326,23 @@ def variant_code_problems(built: BuiltVariant, so: Path) -> list[Problem]:
 
 PROBE_MARKER = "KBUILD-PROBE "  # as resources/scripts/probe_variant.py answers
 VOLATILE_ENV = {"PYTEST_CURRENT_TEST"}  # changes with every test, means nothing to a load
+PROBE_TIMEOUT_VAR, PROBE_TIMEOUT = "KBUILD_PROBE_TIMEOUT", 300.0  # seconds for one variant's load
+
+
+def probe_timeout() -> float:
+    """The time one load may take (KBUILD_PROBE_TIMEOUT seconds, else PROBE_TIMEOUT)."""
+    value = os.environ.get(PROBE_TIMEOUT_VAR, "").strip()
+    if not value:
+        return PROBE_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise BuildError(f"{PROBE_TIMEOUT_VAR}={value!r} is not a number of seconds",
+                         key=PROBE_TIMEOUT_VAR, hint=f"e.g. {PROBE_TIMEOUT_VAR}=600, or unset it "
+                                                      f"({PROBE_TIMEOUT:.0f} s)")
+    return seconds
 
 
 class Probers:
@@ -332,7 +350,9 @@ class Probers:
     environment) and at most `keep` at a time, each kept for further variants: torch and kernels
     are imported once for every variant a process checks (`kbuild check` of several variants, a
     test session). A variant id it loaded before, a failed load or a crash retires it, so every
-    load happens in a process where nothing of that id was loaded."""
+    load happens in a process where nothing of that id was loaded. A load runs the variant's own
+    code: its interpreter gets no secret of this environment (core/secrets.py), and a load that
+    does not finish within `probe_timeout()` is stopped."""
 
     def __init__(self, keep: int = 2):
         self.keep = keep
@@ -340,7 +360,9 @@ class Probers:
         self.workers: dict[tuple, tuple[Worker, set[str]]] = {}
 
     def probe(self, variant: Path, python: str, kid: str) -> dict:
-        key = (python, tuple(sorted(i for i in os.environ.items() if i[0] not in VOLATILE_ENV)))
+        timeout = probe_timeout()
+        env = without_secrets()
+        key = (python, tuple(sorted(i for i in env.items() if i[0] not in VOLATILE_ENV)))
         with self.lock:
             worker, loaded = self.workers.pop(key, (None, set()))
             if worker is not None and kid in loaded:
@@ -350,9 +372,14 @@ class Probers:
                 while len(self.workers) >= self.keep:
                     self.workers.pop(next(iter(self.workers)))[0].close()
                 script = resources.files("kbuild") / "resources" / "scripts" / "probe_variant.py"
-                worker = Worker([python, str(script)], PROBE_MARKER)
-            result = worker.ask_json(str(variant))
-            if result is None:
+                worker = Worker([python, str(script)], PROBE_MARKER, env=env)
+            result = worker.ask_json(str(variant), timeout=timeout)
+            if result is None and worker.timed_out:
+                result = {"loadable": False, "timed_out": True,
+                          "reason": f"the load of {variant.name} did not finish in {timeout:g} s; "
+                                    f"stopped it (its import hangs? {PROBE_TIMEOUT_VAR} sets the "
+                                    "time)"}
+            elif result is None:
                 result = {"loadable": False, "reason": f"probe crashed: {worker.errors()}",
                           "crashed": True}
             if result["loadable"] or result.get("skipped"):

@@ -95,8 +95,9 @@ def test_generated_card_names_the_repo_version_variants_and_sources(tmp_path):
     assert "## Source\n\n- upstream: https://github.com/org/demo\n" in text
 
 
-def test_card_md_is_used_as_it_is(tmp_path):
+def test_card_md_is_used_rendered(tmp_path):
     root = project(tmp_path)
-    (root / "CARD.md").write_text("# hand-written\n")
+    (root / "CARD.md").write_text("# hand-written for {{ repo_id }}\n")
     v = variant(root, "torch-cpu", {"__init__.py": INIT})
-    assert card.card_text(root, manifest.load(root), "org/demo", [v]) == ("# hand-written\n", "CARD.md")
+    assert card.card_text(root, manifest.load(root), "org/demo", [v]) == (
+        "# hand-written for org/demo", "CARD.md")  # minijinja drops the final newline too
