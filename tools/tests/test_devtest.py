@@ -79,6 +79,7 @@ def test_local_kernels_keeps_the_users_other_entries_and_replaces_ours(tmp_path)
 def test_no_tests_collected_is_said_in_words():
     words = devtest.status_words(devtest.NO_TESTS_COLLECTED, ["-m", "kernels_ci"])
     assert words and "no tests collected" in words and "`-m kernels_ci`" in words
+    assert "skipped itself at import" in words  # a module-level skip also ends in exit 5
     assert devtest.status_words(0, []) is None and devtest.status_words(1, []) is None
 
 

@@ -339,6 +339,7 @@ def status_words(code: int, args: list[str], ci: bool = False) -> str | None:
     if code == NO_TESTS_COLLECTED:
         selection = " ".join(args)
         return ("no tests collected (pytest exit 5)" + (f" with `{selection}`" if selection else "")
-                + ": nothing matched; e.g. `-m kernels_ci` selects only tests marked "
+                + ": nothing matched, or every test module skipped itself at import (`-rs` "
+                  "prints why); e.g. `-m kernels_ci` selects only tests marked "
                   "@pytest.mark.kernels_ci, and this project may mark none")
     return None
