@@ -1,4 +1,4 @@
-"""`kbuild dev`'s test step (stages/devtest.py): pytest runs the project's tests/ in the target
+"""`kbuild dev`'s test step (stages/devtest/__init__.py): pytest runs the project's tests/ in the target
 interpreter, its exit status is the step's, and a traceback through a built variant's file
 names the torch-ext/ file it was copied from."""
 

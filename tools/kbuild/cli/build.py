@@ -162,7 +162,7 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
     check_jobs(jobs)  # before an environment is realised
     check_habits(max_jobs, cores)
     use_scheduler(dist_scheduler)
-    if cutlass_substitute:  # read by stages/cutlass/
+    if cutlass_substitute:  # read by stages/generate/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
@@ -171,16 +171,16 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
 
 
 def use_scheduler(url: str | None) -> None:
-    """--dist-scheduler: for this build and the builds it starts (read by stages/dist.py)."""
+    """--dist-scheduler: for this build and the builds it starts (read by stages/compile/dist.py)."""
     if url is not None:
-        from ..stages import dist
+        from ..stages.compile import dist
         os.environ[dist.SCHEDULER_VAR] = url
         dist.configured()  # a bad URL or a missing token: refused before anything runs
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
     """torch's own message for a variant whose load crashed the check's probe."""
-    from ..stages import loadcheck
+    from ..stages.check import loadcheck
     from ..stages.torch_install import read_torch_install
     sos = sorted(variant.glob("*.so"))
     if len(sos) != 1:
@@ -243,7 +243,7 @@ def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/, the compile_commands.json a build wrote) and built
     variants (build/<variant>/), nothing else."""
     from ..core.removal import remove_tree
-    from ..stages.compile_commands import ours
+    from ..stages.compile.compile_commands import ours
 
     layout = Layout.of(project)
     removed = []
@@ -342,7 +342,7 @@ def test_tools(project: Path, tested, python: str | None, label: str) -> list[Pa
     (never into it); their folders, for PYTHONPATH."""
     from ..matrix.envs import envs_dir
     from ..matrix.testtools import test_tools as install
-    from ..stages import testdeps
+    from ..stages.devtest import testdeps
     needs = testdeps.test_needs(project, tested.variants, warn)
     return install(python or sys.executable, envs_dir(project), [n.requirement for n in needs],
                    log=lambda m: note(f"{label}: {m}"))

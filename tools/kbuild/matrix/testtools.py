@@ -1,6 +1,6 @@
 """What a project's tests need and an interpreter lacks, installed beside its environment (never
 into it): `kbuild dev` and `kbuild test` put the folder on the tests' PYTHONPATH. What they need
-is stages/testdeps.py's; how it is installed, installer.py `install_beside`."""
+is stages/devtest/testdeps.py's; how it is installed, installer.py `install_beside`."""
 
 from __future__ import annotations
 

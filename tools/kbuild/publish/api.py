@@ -4,7 +4,7 @@ guard, `kbuild api-diff`).
 Users pin `version=N`, and every upload of version N replaces branch `vN` in place, so a public
 name removed or changed incompatibly under the same version breaks them. The API of a variant is
 what its real load reports (resources/scripts/probe_variant.py, remembered with the load by
-stages/probe_memo.py), one dict per symbol: the package's public names and those of its public
+stages/check/probe_memo.py), one dict per symbol: the package's public names and those of its public
 submodules, each callable with its signature, defaults and the flags `kernels.kernelize` reads,
 each constant with its value; the layer classes with their `forward` and flags; and the
 registered op schemas. Each uploaded variant is compared with the API recorded for the variant
@@ -292,7 +292,7 @@ def _oids(variant: BuiltVariant) -> dict[str, str]:
 
 
 def local_apis(variants: list[BuiltVariant], python: str | None = None) -> dict[str, dict | str]:
-    """Each variant's API as its load here reports it (stages/check.py: a process without this
+    """Each variant's API as its load here reports it (stages/check/__init__.py: a process without this
     environment's secrets, with a time limit; remembered with the load), or why there is none."""
     apis: dict[str, dict | str] = {}
     for v in variants:

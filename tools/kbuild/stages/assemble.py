@@ -1,4 +1,4 @@
-"""Stage 6: built products → a complete variant folder, moved into `build/` atomically."""
+"""Built products → a complete variant folder, moved into `build/` atomically."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..core.layout import METADATA
 from ..core.signature import drop_unless_current
 from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
                              LocalBuild, Provenance, SplitCompile, VariantMetadata)
-from . import cutlass
+from .generate import cutlass
 from .plan import VariantPlan
 
 

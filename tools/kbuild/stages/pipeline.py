@@ -15,13 +15,14 @@ from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.locking import locked
-from . import frameworks, pyops
+from . import frameworks
+from .check import pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
 from .compile import compile_variant, split
-from .compile_commands import export_compile_commands
+from .compile.compile_commands import export_compile_commands
 from .generate import generate
-from .loadcheck import Loader, check_loads, loaded_before
+from .check.loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
 from .toolchain import Toolkit
 from .torch_install import TorchInstall, read_torch_install
@@ -38,8 +39,8 @@ class BuildResult:
     seconds: float
     slowest: tuple[tuple[str, float], ...] = ()  # this run's longest compile steps (source, s)
     cache: str = ""  # this run's compiler-cache hits and misses, when a cache is in use
-    pch: str = ""  # what the binding's precompiled header did (stages/pch.py)
-    dist: str = ""  # the compiles build servers ran, when distributed (stages/dist.py)
+    pch: str = ""  # what the binding's precompiled header did (stages/compile/pch.py)
+    dist: str = ""  # the compiles build servers ran, when distributed (stages/compile/dist.py)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Stage 2: manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
+"""Manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
 
 from __future__ import annotations
 

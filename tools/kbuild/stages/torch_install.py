@@ -1,4 +1,4 @@
-"""Stage 3: the build environment — the target interpreter's torch (compilers: toolchain.py)."""
+"""The build environment — the target interpreter's torch (compilers: toolchain.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kbuild.cli import app
 from kbuild.core.layout import Layout
-from kbuild.stages.compile_commands import export_compile_commands
+from kbuild.stages.compile.compile_commands import export_compile_commands
 from kbuild.stages.generate import BUILD_FOLDER
 
 REPO = Path(__file__).resolve().parents[3]

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import unquote, urlparse
 
-from ..core import web
-from ..core.errors import BuildError
-from ..core.runner import capture
+from ...core import web
+from ...core.errors import BuildError
+from ...core.runner import capture
 
 SCHEDULER_VAR = "KBUILD_DIST_SCHEDULER"
 TOKEN_VAR = "KBUILD_DIST_TOKEN"

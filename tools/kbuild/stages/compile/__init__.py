@@ -1,4 +1,4 @@
-"""Stage 5: compile the generated CMake project with Ninja."""
+"""Compile the generated CMake project with Ninja."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from ..core.backend import Backend
-from ..core.errors import BuildError
-from ..core.runner import capture, run_logged
+from ...core.backend import Backend
+from ...core.errors import BuildError
+from ...core.runner import capture, run_logged
 from . import configure_seed, dist, inputs, pch
-from .generate import BUILD_FOLDER
-from .schedule import ninja_steps
-from .plan import VariantPlan
-from .toolchain import find_cxx
+from ..generate import BUILD_FOLDER
+from ..generate.schedule import ninja_steps
+from ..plan import VariantPlan
+from ..toolchain import find_cxx
 
 
 def _tool(name: str) -> str:
@@ -57,7 +57,7 @@ def compiler_launcher() -> str | None:
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
     per-capability device steps are shared between torch versions. sccache first when a
-    scheduler of distributed compiles is configured (stages/dist.py)."""
+    scheduler of distributed compiles is configured (stages/compile/dist.py)."""
     choice = os.environ.get(CACHE_VAR, "auto").strip() or "auto"
     if choice == "none":
         return None
@@ -287,7 +287,7 @@ class Compiled:
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
-    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
+    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/compile/dist.py)
     nvcc_split: int = 1  # the parts nvcc split each CUDA file's device code into (its configure's)
 
 
@@ -305,7 +305,7 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
     torch's headers, and ccache would then compile twice and store nothing (a changed content
     still changes the mtime and the hashes). With a precompiled header it needs
     the sloppiness its manual names for one, and hashes the header's checksum file instead of
-    the header (stages/pch.py)."""
+    the header (stages/compile/pch.py)."""
     env = dict(os.environ)
     if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
@@ -321,7 +321,7 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
 
 def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str, str],
               on_line: Callable[[str], None] | None = None) -> None:
-    """CMake configure into `build`, from a seed when one fits (stages/configure_seed.py), else
+    """CMake configure into `build`, from a seed when one fits (stages/compile/configure_seed.py), else
     identifying the compilers (and keeping a seed for the next new folder)."""
     def empty_build() -> None:
         shutil.rmtree(build, ignore_errors=True)

@@ -24,10 +24,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from ..core import manifest as manifest_mod
-from ..core.errors import BuildError
-from ..core.layout import METADATA, Layout
-from ..core.runner import call, capture, marked_answer, stream
+from ...core import manifest as manifest_mod
+from ...core.errors import BuildError
+from ...core.layout import METADATA, Layout
+from ...core.runner import call, capture, marked_answer, stream
 
 LOCAL_KERNELS = "LOCAL_KERNELS"
 NO_TESTS_COLLECTED = 5  # pytest's exit status
@@ -100,7 +100,7 @@ def select_variants(project: Path, build_dir: Path, python: str | None, *, ci: b
         if one and not chosen and build_dir.name not in why:  # a name the loader does not parse:
             chosen = present                                   # LOCAL_KERNELS at it loads it
     if not chosen:
-        from .torch_install import read_torch_install
+        from ..torch_install import read_torch_install
         torch = read_torch_install(python)
         listing = "; ".join(f"{n}" + (f" ({why[n]})" if n in why else "") for n in present)
         raise BuildError(f"no variant in {build_dir} loads with torch {torch.torch_version} of "
@@ -129,9 +129,9 @@ def _loader_choice(python: str, build_dir: Path) -> dict:
 
 def _by_name(python: str, present: list[str]) -> list[str]:
     """Without `kernels` in the target: the variant named for its torch's own backend."""
-    from ..core.backend import Backend
-    from .plan import variant_of
-    from .torch_install import read_torch_install
+    from ...core.backend import Backend
+    from ..plan import variant_of
+    from ..torch_install import read_torch_install
     torch = read_torch_install(python)
     backend = Backend.CUDA if torch.cuda else Backend.CPU
     names = [variant_of(torch, backend).name, f"torch-{backend.value}", "torch-universal"]

@@ -12,7 +12,7 @@ import stat
 import sys
 from pathlib import Path
 
-from ..core.errors import BuildError
+from .errors import BuildError
 
 CACHE_VAR = "KBUILD_CACHE_DIR"
 

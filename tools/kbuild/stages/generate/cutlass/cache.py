@@ -27,9 +27,9 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ...core.errors import BuildError
-from ...core.locking import locked_folder
-from .. import deps
+from ....core.errors import BuildError
+from ....core.locking import locked_folder
+from ....core import deps
 from .releases import Release
 from .sources import URL_VAR, Note, Unreachable, fetch, name_problem, shown, sources
 
