@@ -7,13 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import ProjectArg, app, log, warn
+from .app import app, log, warn
+from .options import HubVersionOpt, ProjectArg, StagingOpt, TrustConfigOpt
 
-TrustConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--trust-config", help="A Sigstore ClientTrustConfig JSON (a private Sigstore instance); "
-                           "default: Sigstore's public instance.")]
-StagingOpt = Annotated[bool, typer.Option(
-    "--staging", help="Use Sigstore's staging instance (for trying the workflow out).")]
 
 
 @app.command()
@@ -39,8 +35,7 @@ def verify(
              "with <file>.sigstore beside it; default: .", show_default=False)] = None,
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Verify a Hub kernel repo instead (needs --version).")] = None,
-    version: Annotated[Optional[int], typer.Option(
-        "--version", help="Kernel version on the Hub (branch v<N>).")] = None,
+    version: HubVersionOpt = None,
     repository: Annotated[Optional[str], typer.Option(
         "--repository", help="The GitHub repository (OWNER/NAME) whose workflows sign; default: "
                              "[tool.kbuild.signing] repository in pixi.toml.")] = None,

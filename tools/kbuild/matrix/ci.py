@@ -2,7 +2,7 @@
 (`kbuild ci-plan`, `kbuild envs --ci pr|release`; the workflows: `kbuild/workflows/`).
 
 Builds, one job per variant and platform:
-- `release`: every variant `build-all` would build (`buildall.plan_jobs`: a backend the manifest
+- `release`: every variant `build-all` would build (`jobs.plan_jobs`: a backend the manifest
   lists, one environment per stable-ABI variant), on each Linux platform the environment has;
   a noarch project: one job per backend it lists (a noarch variant needs no environment).
 - `pr`: one environment per backend, on linux-64: the newest torch whose toolkit comes from PyPI
@@ -35,7 +35,7 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST, PIXI_TOML
 from ..core.manifest import Manifest
 from ..core.variant import Variant
-from .buildall import Job, env_variant, plan_jobs
+from .jobs import Job, env_variant, plan_jobs
 from .matrix import EnvSpec, Matrix
 
 Mode = Literal["pr", "release"]

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -170,6 +170,15 @@ def load(path: Path) -> Matrix:
     if path.is_dir() and not (path / PIXI_TOML).is_file():
         return _parse(DEFAULT_MATRIX, builtin=True)
     return _parse(path / PIXI_TOML if path.is_dir() else path)
+
+
+def load_or_default(project: Path, matrix: Path | None, note: Callable[[str], None]) -> Matrix:
+    """`--matrix FILE`, else PROJECT/pixi.toml, else the builder's default matrix (said in
+    `note`)."""
+    mx = load(matrix or project)
+    if mx.default:
+        note(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
+    return mx
 
 
 def _parse(path: Path, builtin: bool = False) -> Matrix:

@@ -1,4 +1,5 @@
-"""The stages in order: manifest → plan → environment → generate → compile → assemble."""
+"""The stages in order: manifest → plan → environment → generate → compile → assemble, and
+`clean`: what builds wrote, removed."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.locking import locked
+from ..core.removal import remove_tree
 from . import frameworks
 from .check import pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
 from .compile import compile_variant, split
-from .compile.compile_commands import export_compile_commands
+from .compile.compile_commands import export_compile_commands, ours
 from .generate import generate
 from .check.loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
@@ -198,3 +200,33 @@ def build(project: Path, *, backends: list[str] | None = None, python: str | Non
     export_compile_commands(project, [Layout.of(p.project).variant_work(p.name)
                                       for p in made if p.compiled], note)
     return results
+
+
+def clean(project: Path, warn: Log) -> list[Path]:
+    """`kbuild clean`: removes the work folder (.kbuild/), the compile_commands.json a build wrote
+    (a user's own stays) and the built variants (build/<variant>/), nothing else; what it removed.
+    A link is never followed (it may lead out of the project): it is named through `warn`."""
+    layout = Layout.of(project)
+    removed = []
+    commands = layout.compile_commands
+    if commands.is_file() and ours(commands, layout.compile_commands_mark):  # a user's stays
+        commands.unlink()
+        removed.append(commands)
+
+    def unfollowed(path: Path) -> bool:  # a link may lead out of the project: never followed
+        if path.is_symlink():
+            warn(f"{path} is a symlink (to {path.resolve()}); not following it, left as it is")
+        return path.is_symlink()
+
+    work = layout.work
+    if not unfollowed(work) and work.is_dir() and remove_tree(work, warn):
+        removed.append(work)
+    build_root = layout.build_dir
+    if not unfollowed(build_root) and build_root.is_dir():
+        for variant in sorted(build_root.iterdir()):
+            if not unfollowed(variant) and variant.is_dir() and (variant / "metadata.json").is_file():
+                if remove_tree(variant, warn):
+                    removed.append(variant)
+        if not any(build_root.iterdir()):
+            build_root.rmdir()
+    return removed

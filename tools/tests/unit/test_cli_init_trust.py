@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbuild.cli import app
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 

@@ -110,6 +110,14 @@ def configured() -> Dist | None:
     return None
 
 
+def use_scheduler(url: str | None) -> None:
+    """--dist-scheduler: for this build and the builds it starts (the variable `configured`
+    reads); a bad URL or a missing token is refused before anything runs."""
+    if url is not None:
+        os.environ[SCHEDULER_VAR] = url
+        configured()
+
+
 def scrub(text: str, dist: Dist) -> str:
     """`text` (what sccache said) without the build's secrets: the client token, a password in
     the scheduler's URL, the token of the configuration's [dist.auth] (sccache's parse errors
