@@ -164,6 +164,22 @@ def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,
                           timeout=timeout)
 
 
+def invoke(*args: str, cwd: Path | None = None):
+    """`kbuild ARGS` in this process (typer's CliRunner), in `cwd` when given; a BuildError comes
+    back as the result's exception (the entry point turns it into a line in a real run)."""
+    from typer.testing import CliRunner
+
+    from kbuild.cli import app
+    if cwd is None:
+        return CliRunner().invoke(app, list(args))
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(old)
+
+
 
 
 CUDA_ENV = "torch214-cu130"

@@ -48,20 +48,21 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None,
-              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None, *,
+              toolkit: Toolkit = Toolkit(), local_capabilities: str | None = None, *,
               variant: str | None = None, cores: int | None = None,
-              print_build_logs: bool = False) -> list:
-    """Builds with progress on stderr and one result line per variant on stdout."""
-    from ..stages import pipeline
-    from ..stages.torch_install import local_capabilities
+              print_build_logs: bool = False, dist_scheduler: str | None = None) -> list:
+    """Builds with progress on stderr and one result line per variant on stdout.
+    `local_capabilities`: --cuda-capabilities as given (a list, or `native`)."""
+    from ..stages import pipeline, torch_install
     python = target_python(python)
-    local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
+    local_capabilities = (torch_install.local_capabilities(local_capabilities, python)
+                          if local_capabilities else None)  # the option's text, as a list
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
                                  build_dir=build_dir, jobs=jobs, warn=warn, note=note,
-                                 on_step=display, local_capabilities=local, variant=variant,
-                                 cores=cores, on_output=display.output if print_build_logs
-                                 else None)
+                                 on_step=display, local_capabilities=local_capabilities,
+                                 variant=variant, cores=cores, dist_scheduler=dist_scheduler,
+                                 on_output=display.output if print_build_logs else None)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
@@ -104,7 +105,7 @@ def resolve_variant(project: Path, variant: str | None, backend: list[str] | Non
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
           jobs: JobsOpt = None,
-          cuda_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
+          local_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
           cutlass_substitute: Annotated[bool, typer.Option(
               "--cutlass-substitute", help="For a CUTLASS version with no release here, use the "
               "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False,
@@ -115,13 +116,14 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
     from ..stages.compile import check_jobs, dist
     check_jobs(jobs)  # before an environment is realised
     check_habits(max_jobs, cores)
-    dist.use_scheduler(dist_scheduler)
+    dist.check_scheduler(dist_scheduler)
     if cutlass_substitute:  # read by stages/generate/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home or env_cuda),
-              cuda_capabilities, variant=variant, cores=cores, print_build_logs=print_build_logs)
+              local_capabilities, variant=variant, cores=cores, print_build_logs=print_build_logs,
+              dist_scheduler=dist_scheduler)
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
@@ -276,7 +278,7 @@ def write_through(text: str) -> None:  # pytest's own output, colours and all
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
         python: PythonOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
         jobs: JobsOpt = None,
-        cuda_capabilities: CapsOpt = None, variant: VariantOpt = None,
+        local_capabilities: CapsOpt = None, variant: VariantOpt = None,
         print_build_logs: PrintLogsOpt = False, max_jobs: MaxJobsOpt = None,
         cores: CoresOpt = None) -> None:
     """The fast loop: rebuild what changed, then run the project's tests/ against that build.
@@ -297,7 +299,7 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
-                        cuda_capabilities=cuda_capabilities, variant=variant, cores=cores,
+                        local_capabilities=local_capabilities, variant=variant, cores=cores,
                         print_build_logs=print_build_logs)
     if not results:
         raise BuildError("nothing was built to test", file=project / MANIFEST,

@@ -54,6 +54,10 @@ class Options:
     print_build_logs: bool = False  # -L: every build's full output, as it comes
     strict: list[str] = field(default_factory=list)  # names asked for explicitly
     locked: bool = False        # PyPI path: every environment from its lock
+    # --dist-scheduler: each build's compiles go there. A build receives it as the variable
+    # KBUILD_DIST_SCHEDULER, never on its command line (a URL may hold a password, and every
+    # user of the machine can read a process's arguments).
+    dist_scheduler: str | None = None
 
 
 Event = Callable[[str, str, dict], None]  # (env, stage, fields); stage "output": {"line"} (-L)
@@ -198,6 +202,8 @@ class Runner:
         cmd, extra = self.realiser.build_command(real, args)
         if "KBUILD_COMPILER_CACHE" in os.environ:
             extra.pop("KBUILD_COMPILER_CACHE", None)
+        if self.opts.dist_scheduler is not None:
+            extra[dist.SCHEDULER_VAR] = self.opts.dist_scheduler
         return self._call(real.spec.name, cmd, log, env={**os.environ, **extra}, progress=True)
 
     def _call(self, name: str, cmd: list[str], log: Path, env: dict | None = None,
@@ -354,7 +360,7 @@ def build_all(project: Path, opts: Options, on_event: Event, *, only: list[str] 
             raise BuildError(f"--max-jobs {max_jobs} and --jobs {opts.jobs} disagree",
                              hint="both are the environments built at once: give one of them")
         opts.jobs = max_jobs
-    dist.use_scheduler(dist_scheduler)
+    opts.dist_scheduler = dist.check_scheduler(dist_scheduler)
     if opts.via not in ("auto", "pixi", "pypi"):
         raise BuildError(f"--via must be auto, pixi or pypi, not {opts.via!r}")
     project = project.resolve()

@@ -7,7 +7,7 @@ import re
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -154,7 +154,8 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           toolkit: Toolkit = Toolkit(), warn: Log | None = None, on_step: OnStep | None = None,
-          local_capabilities: list[str] | None = None) -> list[VariantPlan]:
+          local_capabilities: list[str] | None = None,
+          dist_scheduler: str | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
@@ -174,7 +175,7 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
              "built as usual (publishable)")
     for line in (n for p in made for n in p.capability_notes):
         (warn or (lambda _: None))(line)  # kernels a build narrowed or compiles only to link
-    return made
+    return [replace(p, dist_scheduler=dist_scheduler) for p in made] if dist_scheduler else made
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
@@ -182,13 +183,14 @@ def build(project: Path, *, backends: list[str] | None = None, python: str | Non
           warn: Log | None = None, note: Log | None = None, on_step: OnStep | None = None,
           verify: bool = True, local_capabilities: list[str] | None = None,
           variant: str | None = None, cores: int | None = None,
-          on_output: OnOutput | None = None) -> list[BuildResult]:
+          on_output: OnOutput | None = None, dist_scheduler: str | None = None) -> list[BuildResult]:
     """Plans and builds the variants of `backends` (the torch's own by default), one after
     another; `variant`: only that one (refused, before anything compiles, when the plans make
-    no such variant)."""
+    no such variant). `dist_scheduler`: where the compiles go (--dist-scheduler)."""
     build_dir = Layout.of(project, build_dir).build_dir
     made = plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
-                 on_step=on_step, local_capabilities=local_capabilities)
+                 on_step=on_step, local_capabilities=local_capabilities,
+                 dist_scheduler=dist_scheduler)
     if variant is not None:
         if variant not in [p.name for p in made]:
             raise BuildError(f"this build makes no variant {variant!r}",

