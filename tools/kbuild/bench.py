@@ -46,12 +46,13 @@ def find_benchmarks(project: Path, only: list[str] | None = None) -> list[Path]:
 def check_variants(variant: Path) -> list[Path]:
     """The variants under `variant` (a built variant, or a folder of them), each passing
     `kbuild check`'s file checks (metadata, digest, layout, its .so) before it is benchmarked."""
+    from .core.built import variant_dirs
     from .core.layout import METADATA
-    from .stages.check import check_variant, variant_dirs
+    from .stages.check import check_variant
     if (variant / METADATA).is_file():
         found = [variant]
     else:
-        found = [d for d in variant_dirs(variant) if (d / METADATA).is_file()] if variant.is_dir() else []
+        found = variant_dirs(variant, built=True)
     if not found:
         raise BuildError("not a built variant (no metadata.json) nor a folder of variants",
                          file=variant, hint="pass build/<variant>, or leave out --variant-dir to build")

@@ -160,7 +160,8 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading; and
     that CARD.md renders with a valid front matter."""
     from ..publish.card import check_card
-    from ..stages.check import check_variant, variant_dirs
+    from ..core.built import variant_dirs
+    from ..stages.check import check_variant
     card = check_card(project)  # a broken card: one error line, before the variants
     python = target_python(python)
     note_older_edition(project)

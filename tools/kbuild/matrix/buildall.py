@@ -25,6 +25,7 @@ from typing import Callable
 from ..core import manifest as manifest_mod
 from ..core.built import digest_files
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from ..core.gitinfo import build_uid, content_hash
 from ..core.layout import METADATA, Layout
 from ..core.runner import Process, spawn_logged, stop
@@ -99,9 +100,7 @@ def is_current(project: Path, build_dir: Path, variant: str, fp: str) -> bool:
 def record(project: Path, build_dir: Path, variant: str, fp: str) -> None:
     path = state_file(project, build_dir, variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"fingerprint": fp, "digest": digest_files(build_dir / variant)}))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"fingerprint": fp, "digest": digest_files(build_dir / variant)}))
 
 
 def so_size(variant_dir: Path) -> int | None:

@@ -93,5 +93,5 @@ def test_tools(python: str, folder: Path, requirements: list[str], log: Log = la
                                                  folder / "logs" / "tools.log")
             (staging / STAMP).write_text(json.dumps({"key": key, "requirements": wanted,
                                                      "installed": installed}) + "\n")
-            os.replace(staging, target)
+            os.replace(staging, target)  # a whole folder, not core/files.write_atomic's one file
     return sorted(target.glob("lib*/python*/site-packages"))

@@ -399,7 +399,7 @@ def api_diff(project: Path, *, repo_id: str | None = None, build_dir: Path | Non
     """`kbuild api-diff`: the build's API against branch v<version> (or [general.hub] branch)."""
     from ..core import manifest as manifest_mod
     from ..core.layout import Layout
-    from ..stages.check import variant_dirs
+    from ..core.built import variant_dirs
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
     repo_id = repo_id or general.hub.repo_id

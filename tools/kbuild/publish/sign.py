@@ -217,7 +217,8 @@ def sign_build(build_dir: Path, options: SigningOptions = SigningOptions(), *,
                log: Log = print) -> SignerIdentity:
     """`kbuild sign`: every variant of `build_dir`, each passing `kbuild check`'s file checks
     (metadata, digest, layout, ABI; no local build) or nothing is signed."""
-    from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant, variant_dirs
+    from ..core.built import variant_dirs
+    from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant
     if not build_dir.is_dir() or not variant_dirs(build_dir):
         raise BuildError("no variants to sign", file=build_dir, hint="run `kbuild build` first")
     variants = []

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.check import BYTECODE, PROBERS, SIGNATURE_CODES, check_variant, variant_dirs
+from ..stages.check import BYTECODE, PROBERS, SIGNATURE_CODES, check_variant
 from ..stages.frameworks import not_made_by
 from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
-from ..core.built import BuiltVariant, shipped_files
+from ..core.built import BuiltVariant, shipped_files, variant_dirs
 from ..core.errors import BuildError
 from ..core.metadata import KernelGit, VariantMetadata
 from ..core.layout import MANIFEST, METADATA, SIGNATURE, Layout

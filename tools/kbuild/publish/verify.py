@@ -205,7 +205,7 @@ def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None 
     one signed file, or branch v<version> of a Hub kernel repo. A variant's `metadata.json` (or
     its bundle) stands for its variant: the files are checked against the signed digest too."""
     from ..core.layout import BUILD_DIR, MANIFEST
-    from ..stages.check import variant_dirs
+    from ..core.built import variant_dirs
     if repo_id is not None:
         if target is not None:
             raise BuildError("give either a folder or --repo-id, not both")

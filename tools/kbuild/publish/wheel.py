@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..stages.check import BYTECODE, check_built, variant_dirs
-from ..core.built import BuiltVariant
+from ..stages.check import BYTECODE, check_built
+from ..core.built import BuiltVariant, variant_dirs
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from ..core.layout import BUILD_DIR, MANIFEST, METADATA
 from ..core.metadata import VariantMetadata
 from ..core.pydeps import pypi_names
@@ -161,14 +162,14 @@ def build_wheel(built: BuiltVariant, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{dist}-{version}-{tags.tag}.whl"
-    tmp = target.with_name(f".{target.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    archive = io.BytesIO()  # the files are in memory already: the wheel is written in one go
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for arc, data, mode in entries:
             info = zipfile.ZipInfo(arc, date_time=ZIP_DATE)
             info.external_attr = (0o100000 | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
-    tmp.replace(target)
+    write_atomic(target, archive.getvalue())
     return target
 
 

@@ -201,7 +201,7 @@ def create(target: Path, opts: InitOptions, *, git: bool = True,
         if pixi is not None and locks.is_dir():  # the matrix's environment locks, if it has any
             shutil.copytree(locks, staging / LOCKS)
         staging.chmod(0o777 & ~workflows.umask())
-        try:
+        try:  # the whole project renamed into place, not core/files.write_atomic's one file
             os.rename(staging, target)
         except OSError as e:  # it appeared meanwhile, or its folder refuses it
             raise BuildError(f"cannot create {target}: {e.strerror}",

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..core import manifest as manifest_mod
 from ..core.backend import Backend
+from ..core.built import is_variant_dir
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.locking import locked
@@ -226,7 +227,7 @@ def clean(project: Path, warn: Log) -> list[Path]:
     build_root = layout.build_dir
     if not unfollowed(build_root) and build_root.is_dir():
         for variant in sorted(build_root.iterdir()):
-            if not unfollowed(variant) and variant.is_dir() and (variant / "metadata.json").is_file():
+            if not unfollowed(variant) and is_variant_dir(variant, built=True):
                 if remove_tree(variant, warn):
                     removed.append(variant)
         if not any(build_root.iterdir()):

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from ...core.backend import Backend
-from ...core.built import BuiltVariant
+from ...core.built import BuiltVariant, variant_dirs  # noqa: F401  (check's own name too)
 from ...core.errors import BuildError
 from ...core.runner import Worker
 from ...core.secrets import without_secrets
@@ -451,6 +451,3 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
             report.problems.append(Problem("load.failed", f"load: {result['reason']}"))
     return report
 
-
-def variant_dirs(build_dir: Path) -> list[Path]:
-    return sorted(p for p in build_dir.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -156,7 +156,7 @@ def save(key: str, src: Path, build: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         deps.unwritable(WHAT, root, e)
         return
-    try:
+    try:  # a whole folder renamed into place, not core/files.write_atomic's one file
         os.rename(tmp, entry)
     except OSError:  # saved by another build meanwhile
         shutil.rmtree(tmp, ignore_errors=True)

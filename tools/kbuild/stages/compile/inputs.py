@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...core.files import write_atomic
 from ...core.layout import Layout
 from ...core.runner import capture
 
@@ -140,6 +141,4 @@ def record(inputs: Inputs) -> None:
                 current = _current(path, before)
                 if current is not None:
                     files[path] = current
-    tmp = inputs.build / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(files, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, inputs.build / RECORD)
+    write_atomic(inputs.build / RECORD, json.dumps(files, sort_keys=True))

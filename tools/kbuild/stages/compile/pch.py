@@ -348,7 +348,7 @@ class Maker:
             _discard(self.tmp)
             return Outcome("failed", deps.unwritable(WHAT, self.tmp.parent, e))
         (self.tmp / "deps.d").unlink(missing_ok=True)
-        try:
+        try:  # a whole folder renamed into place, not core/files.write_atomic's one file
             os.rename(self.tmp, self.entry)
         except OSError:  # made by another build meanwhile
             shutil.rmtree(self.tmp, ignore_errors=True)

@@ -9,7 +9,6 @@ character, or `$<`, which starts a generator expression) is refused naming its k
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +18,7 @@ from packaging.version import Version
 
 from ...core.backend import Backend
 from ...core.errors import BuildError
+from ...core.files import write_atomic
 from ...core.layout import MANIFEST, Layout
 from . import cutlass, schedule
 from .. import frameworks
@@ -50,9 +50,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
     return True
 
 

@@ -182,7 +182,7 @@ def provision(release: Release, root: Path | None = None, warn: Warn | None = No
                     raise BuildError(f"cannot move the rejected tree {final} aside: "
                                      f"{e.strerror or e}",
                                      hint="remove it by hand and build again") from None
-            os.rename(staged, final)
+            os.rename(staged, final)  # a whole tree renamed into place, not core/files.write_atomic's one file
     return final
 
 
