@@ -51,14 +51,11 @@ def verify(
     """Verify signatures as the kernels loader does (kernels.verify.verify_variant), trusting
     your own repository and workflows: the signature over metadata.json, then every file
     against its digest. Exit 1 when one fails."""
-    from ..core.layout import MANIFEST, PIXI_TOML
-    from ..publish.verify import trusted_signers
+    from ..publish.verify import Target, trusted_signers
     from ..publish.verify import verify as run_verify
-    folder = target if target is not None and target.is_dir() and (
-        (target / MANIFEST).is_file() or (target / PIXI_TOML).is_file()) else Path(".")
-    signers = trusted_signers(folder, repository, list(workflow or []))
-    verdicts = run_verify(target, signers, repo_id=repo_id, version=version, offline=offline,
-                          trust=trust_config, staging=staging)
+    given = Target(target, repo_id, version)
+    signers = trusted_signers(given.project, repository, list(workflow or []))
+    verdicts = run_verify(given, signers, offline=offline, trust=trust_config, staging=staging)
     for v in verdicts:
         log(f"{'verified' if v.ok else 'FAILED'} {v.target}: {v.text}")
     if not all(v.ok for v in verdicts):

@@ -28,6 +28,7 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST, SIGNATURE
 from ..stages.check import probe_load
 from .hub import HubClient
+from .refs import hub_branch, hub_repo
 from .sync import git_blob_oid
 
 Log = Callable[[str], None]
@@ -402,15 +403,11 @@ def api_diff(project: Path, *, repo_id: str | None = None, build_dir: Path | Non
     from ..core.built import variant_dirs
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
-    repo_id = repo_id or general.hub.repo_id
-    if not repo_id:
-        raise BuildError("no repo id to compare with", file=project / MANIFEST,
-                         key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
+    repo_id = hub_repo(project, general, repo_id, purpose="compare with")
     build_dir = Layout.of(project, build_dir).build_dir
     variants = [v for v, _ in map(BuiltVariant.read, variant_dirs(build_dir) if build_dir.is_dir()
                                   else []) if v is not None]
     if not variants:
         raise BuildError("no readable variants", file=build_dir, hint="run `kbuild build` first")
     hub = HubClient(repo_id, endpoint=endpoint, token=None, log=warn, retries=2, backoff=0.5)
-    return api_report(hub, general.hub.branch or f"v{general.version}", variants,
-                      local_apis(variants, python))
+    return api_report(hub, hub_branch(general, None), variants, local_apis(variants, python))

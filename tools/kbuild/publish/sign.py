@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.files import write_atomic
+from ..core.loader import workflow_policy
 from ..core.layout import METADATA, SIGNATURE
 
 if TYPE_CHECKING:
@@ -86,8 +87,7 @@ class SignerIdentity:
     def policy(self):
         """The verification policy that accepts exactly this signer."""
         if self.github:
-            from kernels.verify import GitHubWorkflowPolicy
-            return GitHubWorkflowPolicy(repo_id=self.repository, signer_uris=[self.workflow])
+            return workflow_policy(self.repository, [self.workflow])
         from sigstore.verify.policy import Identity
         return Identity(identity=self.subject, issuer=self.issuer)
 

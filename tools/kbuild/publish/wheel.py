@@ -36,6 +36,7 @@ from ..core.metadata import VariantMetadata
 from ..core.pydeps import pypi_names
 from ..core.variant import Variant, VariantError
 from .hub import REPO_TYPE, HubClient, check_endpoint
+from .refs import check_repo_id
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
 MANYLINUX = "manylinux_2_28"
@@ -188,6 +189,7 @@ def kernel_depends_note(built: BuiltVariant) -> str | None:
 def download_build(repo_id: str, version: int, *, endpoint: str | None = None,
                    token: str | None = None, cache_dir: Path | None = None) -> Path:
     """snapshot_download of `build/*` at branch v<version>; returns the local build folder."""
+    check_repo_id(repo_id)
     hub = HubClient(repo_id, endpoint=endpoint, token=token, log=lambda _: None, retries=2, backoff=0.5)
     from huggingface_hub.errors import RevisionNotFoundError
 

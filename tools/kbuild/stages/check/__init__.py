@@ -19,6 +19,7 @@ from ...core.secrets import without_secrets
 from ...core.signature import INVALID, STALE, signature_state
 from ...core.variant import Variant, VariantError
 from ...core.layout import MANIFEST, METADATA
+from ...core.loader import loader_data
 from . import binary, probe_memo
 
 MANYLINUX = "manylinux_2_28"
@@ -154,7 +155,7 @@ def metadata_problems(built: BuiltVariant) -> list[Problem]:
     meta, parsed = built.metadata, _parsed(built)
     problems: list[Problem] = []
     try:
-        from kernels._rust import Metadata
+        Metadata = loader_data().Metadata
     except ImportError:
         Metadata = None
     except Exception as exc:  # kernels does not import here, e.g. with a malformed HF_ENDPOINT
