@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -47,6 +48,9 @@ def verify(
                           "the one its wheel embeds), without refreshing it.")] = False,
     trust_config: TrustConfigOpt = None,
     staging: StagingOpt = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the results as JSON instead: a list with one object per variant or "
+                       "file (its result type, target, ok, fields and text).")] = False,
 ) -> None:
     """Verify signatures as the kernels loader does (kernels.verify.verify_variant), trusting
     your own repository and workflows: the signature over metadata.json, then every file
@@ -56,8 +60,11 @@ def verify(
     given = Target(target, repo_id, version)
     signers = trusted_signers(given.project, repository, list(workflow or []))
     verdicts = run_verify(given, signers, offline=offline, trust=trust_config, staging=staging)
-    for v in verdicts:
-        log(f"{'verified' if v.ok else 'FAILED'} {v.target}: {v.text}")
+    if json_out:
+        typer.echo(json.dumps([v.to_json() for v in verdicts], indent=1))
+    else:
+        for v in verdicts:
+            log(f"{'verified' if v.ok else 'FAILED'} {v.target}: {v.text}")
     if not all(v.ok for v in verdicts):
         raise typer.Exit(1)
 

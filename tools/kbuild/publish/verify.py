@@ -25,6 +25,9 @@ from ..core.layout import BUILD_DIR, MANIFEST, METADATA, PIXI_TOML, SIGNATURE
 from ..core.loader import loader_data, workflow_policy
 from ..core.signature import BundleUnreadable, read_bundle
 from ..core.toolconfig import REPOSITORY_HINT, read_tool_settings
+from .results import (DigestMissing, DigestVerificationFailure, MetadataInvalid, MetadataMissing, Result,
+                      SignatureBundleInvalid, SignatureBundleMissing, SignatureVerificationFailure,
+                      SignerNotTrusted, Success)
 from .sign import SignerIdentity, one_line, trust_config
 
 Log = Callable[[str], None]
@@ -112,27 +115,22 @@ def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool 
                          "embeds)") from None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    target: str
-    ok: bool
-    text: str
-
-
-def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | SignerIdentity:
-    """The signer's identity when the bundle at `bundle_path` verifies `data`, else why not."""
+def _signature(name: str, data: bytes, bundle_path: Path, verifier_,
+               policy) -> SignerIdentity | Result:
+    """The signer's identity when the bundle at `bundle_path` verifies `data`, else the result
+    that says why not (about `name`)."""
     from sigstore.errors import VerificationError
     from sigstore.models import Bundle
     try:
         text = read_bundle(bundle_path)
     except BundleUnreadable as exc:
-        return str(exc)
+        return SignatureBundleInvalid(name, str(exc))
     except OSError as exc:
-        return f"{bundle_path.name} cannot be read: {exc.strerror or exc}"
+        return SignatureBundleInvalid(name, f"{bundle_path.name} cannot be read: {exc.strerror or exc}")
     try:
         bundle = Bundle.from_json(text)
     except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
-        return f"invalid signature bundle: {one_line(exc)}"
+        return SignatureBundleInvalid(name, f"invalid signature bundle: {one_line(exc)}")
     from sigstore.verify.policy import UnsafeNoOp
     signer = SignerIdentity.of(bundle.signing_certificate)
     try:
@@ -142,48 +140,46 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
             with _quiet_sigstore():
                 verifier_.verify_artifact(data, bundle, UnsafeNoOp())
         except VerificationError:
-            return f"signature verification failed: {one_line(exc)}"
-        return (f"signature verification failed: signed by {signer.describe()}, which is not a "
-                "trusted signer here")
+            return SignatureVerificationFailure(name, one_line(exc))
+        return SignerNotTrusted(name, signer)
     return signer
 
 
-def verify_variant(variant: Path, verifier_, policy) -> Verdict:
+def verify_variant(variant: Path, verifier_, policy) -> Result:
     """kernels.verify.verify_variant's steps, in its order, with this verifier."""
     loader = loader_data()
     Digest, DigestValidationError, Metadata = loader.Digest, loader.DigestValidationError, loader.Metadata
     name = variant.name
     if not (variant / SIGNATURE).is_file():
-        return Verdict(name, False, "not signed (no metadata.json.sigstore)")
+        return SignatureBundleMissing(name, SIGNATURE)
     if not (variant / METADATA).is_file():
-        return Verdict(name, False, "metadata.json is missing")
+        return MetadataMissing(name)
     data = (variant / METADATA).read_bytes()
-    signer = _signature(data, variant / SIGNATURE, verifier_, policy)
-    if isinstance(signer, str):
-        return Verdict(name, False, signer)
+    signer = _signature(name, data, variant / SIGNATURE, verifier_, policy)
+    if not isinstance(signer, SignerIdentity):
+        return signer
     try:  # only now, as the loader: the metadata's bytes are the signed ones
         metadata = Metadata.from_bytes(data)
     except (OSError, ValueError) as exc:
-        return Verdict(name, False, f"invalid metadata: {one_line(exc)}")
+        return MetadataInvalid(name, one_line(exc))
     if metadata.digest is None:
-        return Verdict(name, False, "metadata.json has no digest")
+        return DigestMissing(name)
     try:
         metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
     except DigestValidationError as exc:
-        return Verdict(name, False, "files differ from the signed digest: "
-                       + "; ".join(str(v) for v in exc.violations))
-    return Verdict(name, True, f"signed by {signer.describe()}; every file matches the digest")
+        return DigestVerificationFailure(name, tuple(str(v) for v in exc.violations))
+    return Success(name, signer)
 
 
-def verify_file(path: Path, verifier_, policy) -> Verdict:
+def verify_file(path: Path, verifier_, policy) -> Result:
     """Any file with its bundle beside it as `<file>.sigstore`."""
     bundle = path.with_name(path.name + ".sigstore")
     if not bundle.is_file():
-        return Verdict(path.name, False, f"not signed (no {bundle.name} beside it)")
-    signer = _signature(path.read_bytes(), bundle, verifier_, policy)
-    if isinstance(signer, str):
-        return Verdict(path.name, False, signer)
-    return Verdict(path.name, True, f"signed by {signer.describe()}")
+        return SignatureBundleMissing(path.name, bundle.name, variant=False)
+    signer = _signature(path.name, path.read_bytes(), bundle, verifier_, policy)
+    if not isinstance(signer, SignerIdentity):
+        return signer
+    return Success(path.name, signer, variant=False)
 
 
 @dataclass(frozen=True)
@@ -233,8 +229,8 @@ class Target:
 
 def verify(target: Target | Path | None, signers: TrustedSigners, *, repo_id: str | None = None,
            version: int | None = None, offline: bool = False, trust: Path | None = None,
-           staging: bool = False, endpoint: str | None = None) -> list[Verdict]:
-    """The verdict on each variant or signed file of `target` (a `Target`, or its path with
+           staging: bool = False, endpoint: str | None = None) -> list[Result]:
+    """The result of each variant or signed file of `target` (a `Target`, or its path with
     `repo_id` and `version`). A variant's `metadata.json` (or its bundle) stands for its
     variant: the files are checked against the signed digest too."""
     if not isinstance(target, Target):
