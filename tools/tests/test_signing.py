@@ -8,6 +8,7 @@ bundles, `upload --require-signature`, and what happens without a CI credential.
 
 from __future__ import annotations
 
+from functools import partial
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from kbuild.publish import upload as publish
 from kbuild.publish.sign import SigningOptions
 from kbuild.stages import check, pipeline
 from kbuild_hub.server import HubServer
-from kbuild_testing import as_variant, fresh_copy
+from kbuild_testing import as_variant, fresh_copy, kbuild as run_kbuild
 from sigstore_standin import StandInSigstore
 
 pytest.importorskip("httpx2", reason="huggingface_hub's HTTP client (hub ≥ 1.x)")
@@ -58,8 +59,7 @@ def run(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def kbuild(*args, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "kbuild", *args], env)
+kbuild = partial(run_kbuild, inherit=False, timeout=300)  # each test passes its whole environment
 
 
 def variants_of(project: Path) -> dict[str, Path]:
