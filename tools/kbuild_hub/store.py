@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 from urllib.parse import unquote
+
+from kbuild.core.files import write_atomic
 
 from .model import (
     PLURAL_TO_TYPE,
@@ -86,9 +87,7 @@ class Store:
         for oid in self._blobs.keys() - self._saved_blobs:
             target = blob_dir / oid
             if not target.exists():
-                tmp = target.with_suffix(".tmp")
-                tmp.write_bytes(self._blobs[oid])
-                os.replace(tmp, target)
+                write_atomic(target, self._blobs[oid])
             self._saved_blobs.add(oid)
         state = {"repos": []}
         for repo in self._repos.values():
@@ -96,9 +95,7 @@ class Store:
             entry["pr_refs"] = {str(k): v for k, v in repo.pr_refs.items()}
             entry["discussions"] = {str(k): v for k, v in entry["discussions"].items()}
             state["repos"].append(entry)
-        tmp = self.data_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.data_dir / "state.json")
+        write_atomic(self.data_dir / "state.json", json.dumps(state))
 
     def _load(self) -> None:
         state_file = self.data_dir / "state.json"  # type: ignore[operator]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cutlass_server import ARCHIVES, ArchiveServer, archive_path, available_versions
-from kbuild.stages import cutlass
-from kbuild.stages.cutlass import sources
+from kbuild.stages.generate import cutlass
+from kbuild.stages.generate.cutlass import sources
 
 VERSIONS = ("2.10.0", "3.9.2", "4.0.0", "4.5.2")  # the releases no wheel gives
 REDIRECTED = ("4.0.0", "4.5.2")  # answered with a 302, as GitHub answers

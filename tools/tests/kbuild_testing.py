@@ -157,13 +157,49 @@ def cached(cmd: list[str]) -> list[str]:
     return [launcher, *cmd] if launcher else cmd
 
 
-def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None,
-           timeout: float = 900) -> subprocess.CompletedProcess:
+def kbuild(*args, cwd: Path | None = None, env: dict | None = None, timeout: float = 900,
+           inherit: bool = True) -> subprocess.CompletedProcess:
+    """`python -m kbuild ARGS` in a new process, as a user runs it: `env` added to this process's
+    environment, or (`inherit=False`) the whole environment it gets."""
     return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})} if inherit else env)
 
 
+def invoke(*args: str, cwd: Path | None = None):
+    """`kbuild ARGS` in this process (typer's CliRunner), in `cwd` when given; a BuildError comes
+    back as the result's exception (the entry point turns it into a line in a real run)."""
+    from typer.testing import CliRunner
+
+    from kbuild.cli import app
+    if cwd is None:
+        return CliRunner().invoke(app, list(args))
+    old = Path.cwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(old)
+
+
+# --- mutations of a project's build.toml, for tables of bad inputs ----------------------------
+
+
+def edit(old: str, new: str):
+    """A mutation: the first `old` in build.toml replaced by `new` (which must be there)."""
+    def apply(project: Path) -> None:
+        text = (project / "build.toml").read_text()
+        assert old in text, old
+        (project / "build.toml").write_text(text.replace(old, new, 1))
+    return apply
+
+
+def symlink_out(project: Path) -> None:
+    """A mutation: a source listed in build.toml that is a link out of the project."""
+    outside = project.parent / "outside.cpp"
+    outside.write_text("int x;\n")
+    os.symlink(outside, project / "csrc" / "evil.cpp")
+    edit('src = ["csrc/img2gray_cpu.cpp"', 'src = ["csrc/evil.cpp", "csrc/img2gray_cpu.cpp"')(project)
 
 
 CUDA_ENV = "torch214-cu130"

@@ -4,6 +4,7 @@ registers an op through torch.library (no compiler needed), built for real."""
 
 from __future__ import annotations
 
+from functools import partial
 import itertools
 import os
 import subprocess
@@ -19,7 +20,7 @@ from kbuild.core.errors import BuildError
 from kbuild.publish import upload as publish
 from kbuild.stages import pipeline
 from kbuild_hub.server import HubServer
-from kbuild_testing import make_project
+from kbuild_testing import make_project, kbuild as run_kbuild
 
 pytest.importorskip("httpx2", reason="huggingface_hub's HTTP client (hub ≥ 1.x)")
 
@@ -169,9 +170,7 @@ with open(_os.path.join({folder!r}, str(_os.getpid())), "w") as _f:
 '''
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kbuild", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+cli = partial(run_kbuild, inherit=False, timeout=300)  # each test passes its whole environment
 
 
 def job_env(hub: HubServer, tmp_path: Path, **extra: str) -> dict[str, str]:

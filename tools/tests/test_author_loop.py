@@ -9,6 +9,7 @@ at import: offline, without LOCAL_KERNELS, they fail at collection.
 
 from __future__ import annotations
 
+from functools import partial
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild_testing import REPO, envs_folder, make_project, work_folder
+from kbuild_testing import REPO, envs_folder, kbuild as run_kbuild, make_project, work_folder
 from kbuild.stages import pipeline
 
 pytestmark = pytest.mark.slow
@@ -37,9 +38,7 @@ def offline_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def kbuild(*args, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=1200)
+kbuild = partial(run_kbuild, inherit=False, timeout=1200)  # each test passes its whole environment
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,12 @@ and leaves build/ exactly as it was."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from kbuild_testing import kbuild
+from kbuild_testing import edit, kbuild, symlink_out
 
 from kbuild.stages import pipeline
 from kbuild.core.errors import BuildError
@@ -17,23 +16,8 @@ from kbuild.core.errors import BuildError
 GOOD = (Path(__file__).resolve().parents[2] / "build.toml").read_text()
 
 
-def edit(old: str, new: str):
-    def apply(project: Path) -> None:
-        text = (project / "build.toml").read_text()
-        assert old in text, old
-        (project / "build.toml").write_text(text.replace(old, new, 1))
-    return apply
-
-
 def write(text: str):
     return lambda project: (project / "build.toml").write_text(text)
-
-
-def symlink_out(project: Path) -> None:
-    outside = project.parent / "outside.cpp"
-    outside.write_text("int x;\n")
-    os.symlink(outside, project / "csrc" / "evil.cpp")
-    edit('src = ["csrc/img2gray_cpu.cpp"', 'src = ["csrc/evil.cpp", "csrc/img2gray_cpu.cpp"')(project)
 
 
 def no_module(project: Path) -> None:

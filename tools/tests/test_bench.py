@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 import importlib.util
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from kbuild_testing import kbuild as run_kbuild
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,9 +31,7 @@ def img2gray_copy(dst: Path) -> Path:
     return dst
 
 
-def kbuild(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+kbuild = partial(run_kbuild, timeout=600)
 
 
 def test_bench_builds_runs_and_writes_results(work, tmp_path):

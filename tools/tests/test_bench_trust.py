@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kbuild_testing import built_img2gray
 
-from kbuild.cli.bench import check_variants
+from kbuild.bench import check_variants
 
 
 def test_built_variants_pass_the_check_bench_makes(tmp_path_factory):

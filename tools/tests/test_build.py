@@ -78,7 +78,7 @@ def test_no_op_rebuild_recompiles_nothing(project):
     assert sorted(changed) == ["extension.cpp.o", "torch_binding.cpp.o"]
     assert check_variant(fourth.path).ok
     # A source replaced by another file with an OLDER mtime (mv, cp -p, tar -x, rsync -a): Ninja
-    # would keep the old object; the build compiles what the file now says (stages/inputs.py).
+    # would keep the old object; the build compiles what the file now says (stages/compile/inputs.py).
     source = project / "csrc" / "img2gray_cpu.cpp"
     older = source.with_name("replacement.cpp")
     older.write_text(source.read_text() + 'extern "C" const char replaced[] = "by-an-older-file";\n')

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from kbuild_testing import REPO, kbuild, work_folder
-from kbuild.stages import binary, pipeline
+from kbuild.stages.check import binary
+from kbuild.stages import pipeline
 from kbuild.stages.check import check_variant
 from kbuild.core.errors import BuildError
 

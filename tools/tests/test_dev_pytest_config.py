@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 from kbuild.stages.devtest import pytest_args, run_tests
 
 PARENT_INI = "[pytest]\naddopts = --no-such-option\n"

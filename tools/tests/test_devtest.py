@@ -1,9 +1,10 @@
-"""`kbuild dev`'s test step (stages/devtest.py): pytest runs the project's tests/ in the target
+"""`kbuild dev`'s test step (stages/devtest/__init__.py): pytest runs the project's tests/ in the target
 interpreter, its exit status is the step's, and a traceback through a built variant's file
 names the torch-ext/ file it was copied from."""
 
 from __future__ import annotations
 
+from functools import partial
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from kbuild.core.errors import BuildError
 from kbuild.stages import devtest, pipeline
-from kbuild_testing import make_project
+from kbuild_testing import make_project, kbuild as run_kbuild
 
 TEST = '''import importlib.util
 from pathlib import Path
@@ -108,10 +109,7 @@ def clean_env(tmp_path, **extra: str) -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), **extra}
 
 
-def kbuild(*args, env: dict[str, str], cwd: Path):
-    import subprocess
-    return subprocess.run([sys.executable, "-m", "kbuild", *map(str, args)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+kbuild = partial(run_kbuild, inherit=False, timeout=600)  # each test passes its whole environment
 
 
 def this_torchs_cpu_variant() -> str:

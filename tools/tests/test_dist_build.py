@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import dist, pipeline
+from kbuild.stages.compile import dist
+from kbuild.stages import pipeline
 from kbuild.stages.compile import cache_tool
 from kbuild_testing import copy_project
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from kbuild.stages import pipeline
 from kbuild.stages.check import check_variant
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from kbuild_testing import REPO, work_folder
-from kbuild.stages import binary
+from kbuild.stages.check import binary
 from kbuild.stages.check import check_variant, probe_load
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The load check's interpreters (stages/check.py Probers) are kept between variants: torch and
+"""The load check's interpreters (stages/check/__init__.py Probers) are kept between variants: torch and
 kernels are imported once for many variants, and a load never happens where the same id was
 loaded before, nor after a failed load or a crash."""
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import generate, pipeline, schedule
+from kbuild.stages import generate, pipeline
+from kbuild.stages.generate import schedule
 from kbuild_testing import cpu_kernel, make_probe_project
 
 SOURCES = [f"csrc/part{i}.cpp" for i in range(4)]

@@ -8,6 +8,7 @@ bundles, `upload --require-signature`, and what happens without a CI credential.
 
 from __future__ import annotations
 
+from functools import partial
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ from kbuild.publish import upload as publish
 from kbuild.publish.sign import SigningOptions
 from kbuild.stages import check, pipeline
 from kbuild_hub.server import HubServer
-from kbuild_testing import as_variant, fresh_copy
+from kbuild_testing import as_variant, fresh_copy, kbuild as run_kbuild
 from sigstore_standin import StandInSigstore
 
 pytest.importorskip("httpx2", reason="huggingface_hub's HTTP client (hub ≥ 1.x)")
@@ -58,8 +59,7 @@ def run(args: list, env: dict[str, str]) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def kbuild(*args, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "kbuild", *args], env)
+kbuild = partial(run_kbuild, inherit=False, timeout=300)  # each test passes its whole environment
 
 
 def variants_of(project: Path) -> dict[str, Path]:
@@ -510,3 +510,29 @@ def test_verify_with_a_tool_key_that_is_not_a_table_is_one_error_line(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert error_lines(proc) == [f"error: {project / 'pixi.toml'}: key `{key}`: must be a "
                                      "table"], proc.stderr
+
+
+def test_kbuild_verify_json_lists_one_typed_result_per_variant(signed, sigstore, tmp_path):
+    """`kbuild verify --json`: one object per variant, its result type (a closed set, as the
+    loader's VerificationResult) and fields; "unsigned" and "signed by someone else" are two
+    types, not two texts."""
+    from kbuild.publish import results
+    from kbuild.publish.verify import TrustedSigners, verify
+    project = fresh_copy(signed.project, tmp_path / "img2gray")
+    good, unsigned = sorted(variants_of(project).values())
+    (unsigned / SIGNATURE).unlink()
+    proc = kbuild("verify", project, "--trust-config", sigstore.config, "--repository", GITHUB_REPO,
+                  "--workflow", f"{WORKFLOW}@{REF}", "--json", env=signed.env)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    found = json.loads(proc.stdout)
+    assert [(r["result"], r["target"], r["ok"]) for r in found] == [
+        ("Success", good.name, True), ("SignatureBundleMissing", unsigned.name, False)]
+    assert found[0]["signer"]["repository"] == GITHUB_REPO
+    assert found[0]["signer"]["workflow"] == sigstore.signer_uri and found[0]["variant"] is True
+    assert found[1] == {"result": "SignatureBundleMissing", "target": unsigned.name, "ok": False,
+                        "bundle": SIGNATURE, "variant": True,
+                        "text": "not signed (no metadata.json.sigstore)"}
+    elsewhere = f"https://github.com/{GITHUB_REPO}/.github/workflows/release.yml@refs/heads/main"
+    (other,) = verify(good, TrustedSigners(GITHUB_REPO, (elsewhere,)), trust=sigstore.config)
+    assert isinstance(other, results.SignerNotTrusted) and not other.ok
+    assert other.signer.workflow == sigstore.signer_uri and other.to_json()["result"] == "SignerNotTrusted"

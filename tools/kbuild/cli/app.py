@@ -95,16 +95,6 @@ def find_project(path: Path) -> Path:
                           "create one with `kbuild init NAME`")
 
 
-def _project_callback(value: Path) -> Path:
-    return find_project(value)
-
-
-# Every command that takes a kernel project uses this argument: it finds build.toml upwards.
-ProjectArg = Annotated[Path, typer.Argument(
-    help="Kernel project directory, or any folder inside it.", show_default=".",
-    callback=_project_callback)]
-
-
 def version_text() -> str:
     from ..core.gitinfo import git_state
 

@@ -1,101 +1,15 @@
-"""`kbuild bench`: build a kernel project if needed, run its benchmarks, summarise.
-
-Every `PROJECT/benchmarks/benchmark*.py` runs as its own process with
-`--variant-dir VARIANT --out OUT --device DEVICE [--quick]`; each writes OUT/<kernel>.json and
-OUT/<kernel>.png and prints its table (see tools/kbuild_bench/harness.py). Registered on the
-main app by cli.py.
-"""
+"""`kbuild bench`: options → `bench.run`, then its tables (the benchmarks' own run is bench.py)."""
 
 from __future__ import annotations
 
-import fnmatch
-import json
-import os
-import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..core.backend import COMPILED_BACKENDS, Backend
-from ..core.errors import BuildError
-from ..core.layout import Layout
-from ..core.manifest import inside
-from ..core.runner import call
-from .app import ProjectArg, app, out, table as make_table, warn
-
-
-def find_benchmarks(project: Path, only: list[str] | None = None) -> list[Path]:
-    """The benchmark scripts to run (`project` resolved). One that leads out of the project (a
-    symlink, or benchmarks/ itself linked elsewhere) is refused: bench runs only project files."""
-    scripts = sorted((project / "benchmarks").glob("benchmark*.py"))
-    if only:
-        pats = [p for item in only for p in item.split(",") if p]
-        scripts = [s for s in scripts if any(fnmatch.fnmatch(s.name, p) or fnmatch.fnmatch(s.stem, p)
-                                             or s.stem == f"benchmark_{p}" for p in pats)]
-    for script in scripts:
-        if not inside(project, script):
-            raise BuildError(f"{script.relative_to(project)} leads to {script.resolve()}, outside "
-                             "the project", file=script,
-                             hint="replace the link with the file itself (kbuild bench runs only "
-                                  "files of the project)")
-    return scripts
-
-
-def check_variants(variant: Path) -> list[Path]:
-    """The variants under `variant` (a built variant, or a folder of them), each passing
-    `kbuild check`'s file checks (metadata, digest, layout, its .so) before it is benchmarked."""
-    from ..core.layout import METADATA
-    from ..stages.check import check_variant, variant_dirs
-    if (variant / METADATA).is_file():
-        found = [variant]
-    else:
-        found = [d for d in variant_dirs(variant) if (d / METADATA).is_file()] if variant.is_dir() else []
-    if not found:
-        raise BuildError("not a built variant (no metadata.json) nor a folder of variants",
-                         file=variant, hint="pass build/<variant>, or leave out --variant-dir to build")
-    for folder in found:
-        problems = check_variant(folder, load=False).problems
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise BuildError(f"{folder.name} is not a complete variant: {problems[0]}{more}",
-                             file=folder, hint=f"rebuild it, or see `kbuild check {folder}`")
-    return found
-
-
-def default_device() -> str:
-    import torch
-    return Backend.CUDA.value if torch.cuda.is_available() else Backend.CPU.value
-
-
-def build_variant(project: Path, device: str) -> Path:
-    """Builds (no-op when up to date) the project's variant for `device`; returns its folder."""
-    from ..core import manifest as manifest_mod
-    from ..stages import pipeline
-    manifest = manifest_mod.load(project, warn=warn)
-    if device not in manifest.general.backends:
-        raise BuildError(f"the project has no {device} backend (backends: "
-                         f"{', '.join(manifest.general.backends)})", file=project / "build.toml",
-                         hint="pass --device with one of them")
-    results = pipeline.build(project, backends=[device], warn=warn)
-    for r in results:
-        out.print(f"{'built' if r.changed else 'up to date'} {r.variant} in {r.seconds:.1f}s",
-                   highlight=False)
-    return results[0].path
-
-
-def run_script(script: Path, project: Path, variant: Path, out_dir: Path, device: str,
-               quick: bool, extra: list[str]) -> tuple[int, float]:
-    cmd = [sys.executable, str(script), "--variant-dir", str(variant), "--out", str(out_dir),
-           "--device", device, *(["--quick"] if quick else []), *extra]
-    env = dict(os.environ)
-    tools = str(Path(__file__).resolve().parents[2])  # so the script finds kbuild_bench
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (tools, env.get("PYTHONPATH")) if p)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    start = time.monotonic()
-    code = call(cmd, cwd=project, env=env)
-    return code, time.monotonic() - start
+from .. import bench as bench_mod
+from .app import app, out, table as make_table, warn
+from .options import ProjectArg
 
 
 def summary_table(results: list[dict]):
@@ -138,58 +52,28 @@ def bench(
     reps: Annotated[Optional[int], typer.Option(help="Timed calls per implementation.")] = None,
 ) -> None:
     """Run the project's benchmarks/benchmark*.py against a built variant; JSON, PNG, tables."""
-    project = project.resolve()
-    if not (project / "build.toml").is_file():
-        raise BuildError("not a kernel project (no build.toml)", file=project)
-    scripts = find_benchmarks(project, only)
-    if not scripts:
-        raise BuildError("no benchmarks to run", file=project / "benchmarks",
-                         hint="add benchmarks/benchmark_<name>.py (see tools/kbuild_bench/harness.py)")
-    device = device or default_device()
-    if device not in COMPILED_BACKENDS:
-        raise BuildError(f"unknown --device {device!r}",
-                         hint=f"use {' or '.join(COMPILED_BACKENDS)}")
-    if variant_dir:
-        variant = variant_dir.resolve()
-        if not variant.exists():
-            raise BuildError("no such variant folder", file=variant)
-        check_variants(variant)
-    else:
-        variant = build_variant(project, device)
-    results_dir = (out_dir or Layout.of(project).bench).resolve()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    extra = [*(["--no-compile"] if no_compile else []),
-             *([f"--reps={reps}"] if reps else [])]
+    root = project.resolve()
 
-    runs = []
-    for script in scripts:
-        out.print(f"[bold]== {script.relative_to(project)}[/] ({device}, {variant.name})",
-                   highlight=False)
-        before = {p: p.stat().st_mtime_ns for p in results_dir.glob("*.json")}
-        code, seconds = run_script(script, project, variant, results_dir, device, quick, extra)
-        made = [p for p in sorted(results_dir.glob("*.json"))
-                if before.get(p) != p.stat().st_mtime_ns]
-        runs.append((script, code, seconds, made))
+    def starting(script: Path, device: str, variant: Path) -> None:
+        out.print(f"[bold]== {script.relative_to(root)}[/] ({device}, {variant.name})",
+                  highlight=False)
 
-    status = make_table("benchmark", "status", "time", "results", title=f"kbuild bench {project.name}",
-                   title_justify="left")
-    loaded = []
-    for script, code, seconds, made in runs:
-        for path in made:
-            try:
-                loaded.append(json.loads(path.read_text()))
-            except (OSError, ValueError) as e:
-                warn(f"unreadable {path}: {e}")
-        status.add_row(script.name, "[green]ok[/]" if code == 0 else f"[red]FAILED ({code})[/]",
-                       f"{seconds:.1f}s", ", ".join(p.name for p in made) or "-")
+    done = bench_mod.run(project, variant_dir=variant_dir, out_dir=out_dir, device=device,
+                         quick=quick, only=only, no_compile=no_compile, reps=reps,
+                         on_script=starting, log=lambda m: out.print(m, highlight=False), warn=warn)
+    status = make_table("benchmark", "status", "time", "results",
+                        title=f"kbuild bench {done.project.name}", title_justify="left")
+    for r in done.runs:
+        status.add_row(r.script.name, "[green]ok[/]" if r.code == 0 else f"[red]FAILED ({r.code})[/]",
+                       f"{r.seconds:.1f}s", ", ".join(p.name for p in r.made) or "-")
     out.print(status)
-    for res in loaded:
+    for res in done.results:
         copy = res.get("copy", {}).get("gbps")
         out.print(f"{res['kernel']}: {res.get('device_name')}, copy bandwidth "
-                   f"{copy:.1f} GB/s" if copy else f"{res['kernel']}: no copy figure",
-                   highlight=False)
-    if loaded:
-        out.print(summary_table(loaded))
-    out.print(f"results in {results_dir}", highlight=False)
-    if any(code for _, code, _, _ in runs):
+                  f"{copy:.1f} GB/s" if copy else f"{res['kernel']}: no copy figure",
+                  highlight=False)
+    if done.results:
+        out.print(summary_table(done.results))
+    out.print(f"results in {done.results_dir}", highlight=False)
+    if done.failed:
         raise typer.Exit(1)

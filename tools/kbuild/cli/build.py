@@ -13,57 +13,11 @@ from typer.core import TyperCommand
 from ..core.errors import BuildError
 from ..core.layout import MANIFEST, Layout
 from ..stages.toolchain import Toolkit
-from .app import ProjectArg, StepDisplay, app, err, keep_whole, note, out, table, warn
+from .app import StepDisplay, app, err, keep_whole, note, out, table, warn
+from .options import (BackendOpt, BuildDirOpt, CapsOpt, CoresOpt, CudaHomeOpt, DistOpt, EnvOpt, JobsOpt,
+                      MaxJobsOpt, PrintLogsOpt, ProjectArg, PythonOpt, VariantOpt, named_env)
 
-BackendOpt = Annotated[Optional[list[str]], typer.Option(
-    "--backend", "-b", help="Backend to build (repeatable); default: the torch's own.")]
-PythonOpt = Annotated[Optional[str], typer.Option(
-    help="Interpreter whose torch to build against; default: this one if it has torch, else "
-         "the active environment's ($VIRTUAL_ENV, $CONDA_PREFIX).")]
-BuildDirOpt = Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")]
-def named_env(value: str | None) -> str | None:
-    """--env: a name, or left out; `--env ""` is refused, never taken for the default."""
-    if value is not None and not value.strip():
-        raise BuildError("--env is empty", hint="name an environment of pixi.toml "
-                         "(`kbuild envs` lists them), or leave --env out for the default")
-    return value
-
-
-EnvOpt = Annotated[Optional[str], typer.Option(
-    "--env", "-e", callback=named_env,
-    help="Build in this environment of pixi.toml, realised from PyPI (from its lock).")]
-CudaHomeOpt = Annotated[Optional[Path], typer.Option(
-    "--cuda-home", help="CUDA toolkit to compile with (tried first); default: the one matching "
-                        "torch's CUDA (CUDA_HOME, the environment's NVIDIA wheels, PATH).")]
-DistOpt = Annotated[Optional[str], typer.Option(
-    "--dist-scheduler", help="Distribute the compiles through this sccache-dist scheduler (URL; the "
-    "client token in $KBUILD_DIST_TOKEN); same as KBUILD_DIST_SCHEDULER. Without it, a [dist] "
-    "section of your sccache configuration is used. See docs/build-speed.md.")]
-# kernel-builder's habits (its `build`, `build-and-copy`, `devshell`, `testshell` flags), one
-# definition for every command that builds: build, build-all, dev.
-VariantOpt = Annotated[Optional[str], typer.Option(
-    "--variant", help="Build exactly this variant (a name as in build/, e.g. "
-    "torch213-cxx11-cpu-x86_64-linux): one the target torch makes, else one of the matrix "
-    "(pixi.toml's environments, else the builder's default ones), built in its environment as "
-    "--env does. A name the project does not make is refused, listing those it makes.")]
-PrintLogsOpt = Annotated[bool, typer.Option(
-    "--print-build-logs", "-L", help="Stream the full output of CMake, Ninja and the compilers "
-    "on stderr, each line as `<variant>> line` (nix's -L). Without it the output is summarised; "
-    ".kbuild/<variant>/build.log keeps it either way.")]
-MaxJobsOpt = Annotated[Optional[int], typer.Option(
-    "--max-jobs", help="At most N variants built at once (nix's --max-jobs counts builds, "
-    "each of up to --cores cores): build-all builds N environments at once (its --jobs); "
-    "build and dev build their variants one after another, within any N.")]
-CoresOpt = Annotated[Optional[int], typer.Option(
-    "--cores", help="Cores one variant's build may use (nix's --cores, NIX_BUILD_CORES): the "
-    "build divides them into Ninja jobs × nvcc threads per CUDA file (and nvcc's split, for "
-    "local builds), as kernel-builder's Nix build divides its cores; the split is printed. "
-    "0 or unset: all of this machine's. At most --max-jobs × --cores cores are busy.")]
 SLOW_STEP_S = 5.0  # name the slowest compile steps when one took at least this long
-CapsOpt = Annotated[Optional[str], typer.Option(
-    "--cuda-capabilities", help="A local build: compile CUDA kernels only for these capabilities "
-    "(comma-separated, e.g. 9.0) or `native` (the GPUs of this machine). Marked in metadata; "
-    "check, upload and to-wheel refuse to publish it.")]
 
 
 def target_python(python: str | None) -> str | None:
@@ -94,20 +48,21 @@ def generate(project: ProjectArg = Path("."), backend: BackendOpt = None,
 
 def run_build(project: Path, backend: list[str] | None, python: str | None,
               build_dir: Path | None = None, jobs: int | None = None,
-              toolkit: Toolkit = Toolkit(), cuda_capabilities: str | None = None, *,
+              toolkit: Toolkit = Toolkit(), local_capabilities: str | None = None, *,
               variant: str | None = None, cores: int | None = None,
-              print_build_logs: bool = False) -> list:
-    """Builds with progress on stderr and one result line per variant on stdout."""
-    from ..stages import pipeline
-    from ..stages.torch_install import local_capabilities
+              print_build_logs: bool = False, dist_scheduler: str | None = None) -> list:
+    """Builds with progress on stderr and one result line per variant on stdout.
+    `local_capabilities`: --cuda-capabilities as given (a list, or `native`)."""
+    from ..stages import pipeline, torch_install
     python = target_python(python)
-    local = local_capabilities(cuda_capabilities, python) if cuda_capabilities else None
+    local_capabilities = (torch_install.local_capabilities(local_capabilities, python)
+                          if local_capabilities else None)  # the option's text, as a list
     with StepDisplay() as display:
         results = pipeline.build(project, backends=backend, python=python, toolkit=toolkit,
                                  build_dir=build_dir, jobs=jobs, warn=warn, note=note,
-                                 on_step=display, local_capabilities=local, variant=variant,
-                                 cores=cores, on_output=display.output if print_build_logs
-                                 else None)
+                                 on_step=display, local_capabilities=local_capabilities,
+                                 variant=variant, cores=cores, dist_scheduler=dist_scheduler,
+                                 on_output=display.output if print_build_logs else None)
     for r in results:
         state = "built" if r.changed else "up to date"
         out.print(f"[green]{state}[/] {r.variant} ({r.kernel_id}) in {r.seconds:.1f}s -> {r.path}",
@@ -149,8 +104,8 @@ def resolve_variant(project: Path, variant: str | None, backend: list[str] | Non
 @app.command()
 def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: PythonOpt = None,
           build_dir: BuildDirOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
-          jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
-          cuda_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
+          jobs: JobsOpt = None,
+          local_capabilities: CapsOpt = None, dist_scheduler: DistOpt = None,
           cutlass_substitute: Annotated[bool, typer.Option(
               "--cutlass-substitute", help="For a CUTLASS version with no release here, use the "
               "nearest newer one (warned, recorded); same as KBUILD_CUTLASS_SUBSTITUTE=1.")] = False,
@@ -158,29 +113,22 @@ def build(project: ProjectArg = Path("."), backend: BackendOpt = None, python: P
           max_jobs: MaxJobsOpt = None, cores: CoresOpt = None) -> None:
     """Compile for the torch of PYTHON (or of --env), check that it loads, and assemble
     build/<variant>/. kernel-builder's `build` and `build-and-copy`: the same."""
-    from ..stages.compile import check_jobs
+    from ..stages.compile import check_jobs, dist
     check_jobs(jobs)  # before an environment is realised
     check_habits(max_jobs, cores)
-    use_scheduler(dist_scheduler)
-    if cutlass_substitute:  # read by stages/cutlass/
+    dist.check_scheduler(dist_scheduler)
+    if cutlass_substitute:  # read by stages/generate/cutlass/
         os.environ["KBUILD_CUTLASS_SUBSTITUTE"] = "1"
     backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     run_build(project, backend, python, build_dir, jobs, Toolkit(cuda_home or env_cuda),
-              cuda_capabilities, variant=variant, cores=cores, print_build_logs=print_build_logs)
-
-
-def use_scheduler(url: str | None) -> None:
-    """--dist-scheduler: for this build and the builds it starts (read by stages/dist.py)."""
-    if url is not None:
-        from ..stages import dist
-        os.environ[dist.SCHEDULER_VAR] = url
-        dist.configured()  # a bad URL or a missing token: refused before anything runs
+              local_capabilities, variant=variant, cores=cores, print_build_logs=print_build_logs,
+              dist_scheduler=dist_scheduler)
 
 
 def explain_load_failure(variant: Path, python: str | None) -> str | None:
     """torch's own message for a variant whose load crashed the check's probe."""
-    from ..stages import loadcheck
+    from ..stages.check import loadcheck
     from ..stages.torch_install import read_torch_install
     sos = sorted(variant.glob("*.so"))
     if len(sos) != 1:
@@ -212,7 +160,8 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
     """Verify build/: metadata, digest, layout, ABI (manylinux_2_28 + abi3) and loading; and
     that CARD.md renders with a valid front matter."""
     from ..publish.card import check_card
-    from ..stages.check import check_variant, variant_dirs
+    from ..core.built import variant_dirs
+    from ..stages.check import check_variant
     card = check_card(project)  # a broken card: one error line, before the variants
     python = target_python(python)
     note_older_edition(project)
@@ -242,33 +191,8 @@ def check(project: ProjectArg = Path("."), build_dir: BuildDirOpt = None,
 def clean(project: ProjectArg = Path(".")) -> None:
     """Remove generated files (.kbuild/, the compile_commands.json a build wrote) and built
     variants (build/<variant>/), nothing else."""
-    from ..core.removal import remove_tree
-    from ..stages.compile_commands import ours
-
-    layout = Layout.of(project)
-    removed = []
-    commands = layout.compile_commands
-    if commands.is_file() and ours(commands, layout.compile_commands_mark):  # a user's stays
-        commands.unlink()
-        removed.append(commands)
-
-    def unfollowed(path: Path) -> bool:  # a link may lead out of the project: never followed
-        if path.is_symlink():
-            warn(f"{path} is a symlink (to {path.resolve()}); not following it, left as it is")
-        return path.is_symlink()
-
-    work = layout.work
-    if not unfollowed(work) and work.is_dir() and remove_tree(work, warn):
-        removed.append(work)
-    build_root = layout.build_dir
-    if not unfollowed(build_root) and build_root.is_dir():
-        for variant in sorted(build_root.iterdir()):
-            if not unfollowed(variant) and variant.is_dir() and (variant / "metadata.json").is_file():
-                if remove_tree(variant, warn):
-                    removed.append(variant)
-        if not any(build_root.iterdir()):
-            build_root.rmdir()
-    for path in removed:
+    from ..stages.pipeline import clean as remove_generated
+    for path in remove_generated(project, warn):
         out.print(f"removed {path}")
 
 
@@ -277,37 +201,19 @@ def update_build(project: ProjectArg = Path("."),
                  dry_run: Annotated[bool, typer.Option(help="Print, don't write.")] = False) -> None:
     """Rewrite an older build.toml as edition 5, changing only what the upgrade needs: comments,
     order and layout of everything else stay (an edition 4 file gains one line)."""
-    import stat
-    import tomllib
-
-    from ..core import editions, manifest
-    from ..core.files import write_atomic
-
-    project = project.resolve()
-    raw = manifest.read_raw(project)  # a file of the project that parses
-    upgraded, notes = editions.upgrade(raw)
-    if not notes:
-        out.print(f"{project / MANIFEST} is already edition {editions.CURRENT_EDITION}")
+    from ..core.editions import CURRENT_EDITION
+    from ..core.manifest.rewrite import rewrite
+    new = rewrite(project)
+    if new is None:
+        out.print(f"{project.resolve() / MANIFEST} is already edition {CURRENT_EDITION}")
         return
-    path = (project / MANIFEST).resolve()  # a link inside the project stays a link
-    manifest.validate(upgraded, path)  # fail before writing anything invalid
-    try:
-        text, _ = editions.upgrade_text(path.read_bytes().decode("utf-8"))
-    except Exception as e:  # tomlkit's errors share no base class but Exception
-        raise BuildError(f"cannot edit it in place: {e}", file=path,
-                         hint="fix the TOML so that tomlkit reads it, or add "
-                              f"`edition = {editions.CURRENT_EDITION}` by hand") from None
-    if tomllib.loads(text) != upgraded:  # the edited text must mean the upgraded manifest
-        raise BuildError("editing it in place gave another manifest than the upgrade; nothing "
-                         "was written", file=path, hint="report this; upgrade it by hand with "
-                         "the changes `kbuild build` lists")
     if dry_run:
-        out.print(text, highlight=False, markup=False, end="")
+        out.print(new.text, highlight=False, markup=False, end="")
         return
-    write_atomic(path, text, mode=stat.S_IMODE(path.stat().st_mode))  # keeps its mode
-    for line in notes:
+    new.write()
+    for line in new.notes:
         out.print(f"- {line}", highlight=False, markup=False)
-    out.print(f"rewrote {path} (only the lines above changed)", highlight=False, markup=False)
+    out.print(f"rewrote {new.path} (only the lines above changed)", highlight=False, markup=False)
 
 
 # --- dev: build, then the project's tests, with tracebacks pointing at torch-ext/ ---------------
@@ -342,7 +248,7 @@ def test_tools(project: Path, tested, python: str | None, label: str) -> list[Pa
     (never into it); their folders, for PYTHONPATH."""
     from ..matrix.envs import envs_dir
     from ..matrix.testtools import test_tools as install
-    from ..stages import testdeps
+    from ..stages.devtest import testdeps
     needs = testdeps.test_needs(project, tested.variants, warn)
     return install(python or sys.executable, envs_dir(project), [n.requirement for n in needs],
                    log=lambda m: note(f"{label}: {m}"))
@@ -372,8 +278,8 @@ def write_through(text: str) -> None:  # pytest's own output, colours and all
 @app.command(cls=PassThroughCommand)
 def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt = None,
         python: PythonOpt = None, env: EnvOpt = None, cuda_home: CudaHomeOpt = None,
-        jobs: Annotated[Optional[int], typer.Option(help="Parallel compile jobs.")] = None,
-        cuda_capabilities: CapsOpt = None, variant: VariantOpt = None,
+        jobs: JobsOpt = None,
+        local_capabilities: CapsOpt = None, variant: VariantOpt = None,
         print_build_logs: PrintLogsOpt = False, max_jobs: MaxJobsOpt = None,
         cores: CoresOpt = None) -> None:
     """The fast loop: rebuild what changed, then run the project's tests/ against that build.
@@ -394,7 +300,7 @@ def dev(ctx: typer.Context, project: ProjectArg = Path("."), backend: BackendOpt
     backend, env = resolve_variant(project, variant, backend, env, python)
     python, env_cuda = realised_python(project, env, python)
     results = run_build(project, backend, python, jobs=jobs, toolkit=Toolkit(cuda_home or env_cuda),
-                        cuda_capabilities=cuda_capabilities, variant=variant, cores=cores,
+                        local_capabilities=local_capabilities, variant=variant, cores=cores,
                         print_build_logs=print_build_logs)
     if not results:
         raise BuildError("nothing was built to test", file=project / MANIFEST,

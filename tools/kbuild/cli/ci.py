@@ -38,43 +38,20 @@ def ci_workflow(
     from ..workflows import writer
     root = project if project.is_absolute() else Path.cwd() / project
     if monorepo:
-        if (root / MANIFEST).is_file():
-            raise BuildError(f"{root} is a kernel project; --monorepo writes the workflow of a "
-                             "repository of kernel folders", file=root / MANIFEST,
-                             hint="run it at the repository's root, or leave out --monorepo")
-        kernels = writer.kernel_folders(root)
-        if not kernels:
-            raise BuildError(f"no kernel folder in {root} (a folder with a {MANIFEST})",
-                             hint="run it at the root of a repository of kernel folders")
-        chosen = org or writer.default_org(root, kernels)
-        if chosen is None:
-            warn(f"no --org and no build.toml names a repo-id: uploads go to {writer.PLACEHOLDER_ORG}"
-                 "/<kernel>; edit repo_prefix in the workflow, or pass --org")
-        rel = writer.workflow_file(name)
-        text = writer.monorepo_workflow(chosen or writer.PLACEHOLDER_ORG, warn)
-        target = writer.write(root, rel, text, force=force)
-        log(f"wrote {target} ({len(kernels)} kernels: {', '.join(kernels[:5])}"
-            f"{', …' if len(kernels) > 5 else ''}; uploads to {chosen or writer.PLACEHOLDER_ORG})")
-        unnamed = [k for k in kernels if not writer.KERNEL_FOLDER.fullmatch(k)]
-        if unnamed:
-            warn(f"the workflow builds no folder named {', '.join(unnamed)} (letters, digits, - "
+        made = writer.write_monorepo(root, org, name, force=force, warn=warn)
+        kernels = made.kernels
+        log(f"wrote {made.path} ({len(kernels)} kernels: {', '.join(kernels[:5])}"
+            f"{', …' if len(kernels) > 5 else ''}; uploads to {made.org})")
+        if made.unnamed:
+            warn(f"the workflow builds no folder named {', '.join(made.unnamed)} (letters, digits, - "
                  "and _ only)")
         return
-    if not (root / MANIFEST).is_file():
-        raise BuildError(f"no {MANIFEST} in {root}", hint="run it in a kernel project (or "
-                         "--monorepo at the root of a repository of kernel folders)")
-    target = writer.write(root, writer.PROJECT_WORKFLOW, writer.project_workflow(warn), force=force)
+    target = writer.write_project(root, force=force, warn=warn)
     log(f"wrote {target}")
-    top = _git_root(root)
+    top = writer.git_root(root)
     if top is not None and top != root.resolve():
         warn(f"GitHub reads workflows only at the repository's root ({top}), not in {root}: for "
              "a repository of kernels, run `kbuild ci-workflow --monorepo` at its root")
-
-
-def _git_root(path: Path) -> Path | None:
-    from ..core.runner import capture
-    proc = capture(["git", "-C", str(path), "rev-parse", "--show-toplevel"])
-    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
 def _label(value: str, option: str) -> str:

@@ -12,17 +12,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from .app import app, command_group, err, keep_whole, out, table as make_table, warn
-from .build import (CoresOpt, DistOpt, MaxJobsOpt, PrintLogsOpt, VariantOpt, check_habits,
-                    use_scheduler)
+from .options import (BuildDirOpt, CoresOpt, DistOpt, EnvsDirOpt, MatrixOpt, MatrixProjectArg as ProjectArg,
+                      MaxJobsOpt, PrintLogsOpt, TorchIndexOpt, VariantOpt)
 
 
-ProjectArg = Annotated[Path, typer.Argument(help="Kernel project directory.", show_default=".")]
-MatrixOpt = Annotated[Optional[Path], typer.Option(
-    "--matrix", help="pixi.toml with the environments; default: PROJECT/pixi.toml.")]
-EnvsDirOpt = Annotated[Optional[Path], typer.Option(
-    help="Where PyPI environments are cached; default: $KBUILD_ENVS_DIR or PROJECT/.kbuild/envs.")]
-TorchIndexOpt = Annotated[bool, typer.Option(
-    "--torch-index", help="Also use each environment's PyTorch wheel index (where reachable).")]
 
 
 def _size(n: int | None) -> str:
@@ -35,13 +28,13 @@ def _secs(s: float) -> str:
     return "-" if not s else (f"{s:.1f}s" if s < 120 else f"{s / 60:.1f}min")
 
 
+def _say(msg: str) -> None:  # a remark on stderr (which matrix is used)
+    err.print(msg, highlight=False, soft_wrap=True)
+
+
 def _load(project: Path, matrix: Path | None):
     from ..matrix import matrix as matrix_mod
-    mx = matrix_mod.load(matrix or project)
-    if mx.default:
-        err.print(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})",
-                  highlight=False, soft_wrap=True)
-    return mx
+    return matrix_mod.load_or_default(project, matrix, _say)
 
 
 @app.command("build-all")
@@ -53,7 +46,7 @@ def build_all(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Environments built in parallel.")] = 1,
     compile_jobs: Annotated[Optional[int], typer.Option(
         help="Compile jobs per environment; default: CPUs / --jobs.")] = None,
-    build_dir: Annotated[Optional[Path], typer.Option(help="Output folder; default: PROJECT/build.")] = None,
+    build_dir: BuildDirOpt = None,
     envs_dir: EnvsDirOpt = None,
     matrix: MatrixOpt = None,
     via: Annotated[str, typer.Option(help="auto (pixi if installed, else PyPI), pixi or pypi.")] = "auto",
@@ -71,40 +64,51 @@ def build_all(
     """Build the variant of every selected environment (in parallel with --jobs).
     kernel-builder's `build-and-copy` of every variant: --max-jobs is --jobs here."""
     from ..matrix import buildall
-    from ..stages.compile import check_jobs
 
-    check_jobs(jobs)
-    check_jobs(compile_jobs, "--compile-jobs")
-    check_habits(max_jobs, cores)
-    if max_jobs is not None:
-        if jobs not in (1, max_jobs):
-            raise BuildError(f"--max-jobs {max_jobs} and --jobs {jobs} disagree",
-                             hint="both are the environments built at once: give one of them")
-        jobs = max_jobs
-    use_scheduler(dist_scheduler)
-    if via not in ("auto", "pixi", "pypi"):
-        raise BuildError(f"--via must be auto, pixi or pypi, not {via!r}")
-    project = project.resolve()
-    mx = _load(project, matrix)
-    specs = mx.select(only, skip)
-    if not specs:
-        raise BuildError("no environment selected", file=mx.path, hint="check --only/--skip")
-    strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
-    if variant is not None:  # exactly the environment that builds it
-        from ..matrix.choose import in_matrix
-        chosen = in_matrix(project, variant, specs).env
-        specs, strict = [s for s in specs if s.name == chosen], [chosen]
     opts = buildall.Options(jobs=jobs, build_dir=build_dir, envs_dir=envs_dir, via=via,
                             torch_index=torch_index, force=force, compile_jobs=compile_jobs,
-                            cores=cores, print_build_logs=print_build_logs,
-                            strict=strict, locked=locked)
-    progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
-                        TextColumn("{task.fields[stage]}"), TimeElapsedColumn(), console=err,
-                        disable=not err.is_terminal)
-    tasks: dict[str, int] = {}
-    last: dict[str, str] = {}
+                            cores=cores, print_build_logs=print_build_logs, locked=locked)
+    with BuildAllDisplay() as display:
+        outcome = buildall.build_all(project, opts, display.on_event, only=only, skip=skip,
+                                     variant=variant, matrix=matrix, max_jobs=max_jobs,
+                                     dist_scheduler=dist_scheduler, note=_say)
+    _table(outcome)
+    if json_out:
+        outcome.write_json(json_out)
+    for r in outcome.failed:
+        if r.log:
+            err.print(f"[red]{r.env}[/]: {r.status}: {r.message}", highlight=False, soft_wrap=True)
+            err.print(f"  log: {r.log}", highlight=False, soft_wrap=True)
+    if outcome.interrupted:
+        err.print("interrupted", highlight=False)
+        raise typer.Exit(130)
+    if outcome.failed:
+        raise typer.Exit(1)
 
-    def on_event(env: str, stage: str, fields: dict) -> None:
+
+class BuildAllDisplay:
+    """build-all's progress on stderr: one line per environment (a live display on a terminal,
+    else a line per change of stage); -L: the builds' own lines above it."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.fields[env]:<16}"), BarColumn(),
+                                 TextColumn("{task.fields[stage]}"), TimeElapsedColumn(),
+                                 console=err, disable=not err.is_terminal)
+        self.tasks: dict[str, int] = {}
+        self.last: dict[str, str] = {}
+
+    def __enter__(self) -> "BuildAllDisplay":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_event(self, env: str, stage: str, fields: dict) -> None:
+        progress, tasks, last = self.progress, self.tasks, self.last
+        if stage == "waiting":  # announced before the run, in the environments' order
+            tasks[env] = progress.add_task("", env=env, stage="waiting", total=None)
+            return
         if stage == "output":  # -L: the build's own lines (`<variant>> …` for its compile)
             progress.console.print(fields["line"], highlight=False, markup=False, soft_wrap=True)
             return
@@ -125,38 +129,13 @@ def build_all(
             last[env] = stage + (fields.get("note") or "")
             err.print(f"{env}: {text}", highlight=False)
 
-    runner = buildall.Runner(project, mx, opts, on_event)
-    specs = runner.realiser.annotate(specs)
-    for s in specs:
-        tasks[s.name] = progress.add_task("", env=s.name, stage="waiting", total=None)
-    interrupted = False
-    try:  # Ctrl-C, or SIGTERM (app.main raises it as an interrupt)
-        with progress:
-            results = runner.run(specs)
-    except buildall.Interrupted as e:
-        results, interrupted = e.results, True
-    _table(results, runner)
-    if json_out:
-        json_out.write_text(json.dumps({"via": runner.via, "jobs": jobs,
-                                        "results": buildall.summary_json(results)}, indent=1) + "\n")
-    failed = [r for r in results if r.status in ("failed", "interrupted")]
-    for r in failed:
-        if r.log:
-            err.print(f"[red]{r.env}[/]: {r.status}: {r.message}", highlight=False, soft_wrap=True)
-            err.print(f"  log: {r.log}", highlight=False, soft_wrap=True)
-    if interrupted:
-        err.print("interrupted", highlight=False)
-        raise typer.Exit(130)
-    if failed:
-        raise typer.Exit(1)
 
-
-def _table(results, runner) -> None:
+def _table(outcome) -> None:
     table = make_table("environment", "variant", "status", "env", "build", "total", ".so", "notes",
-                  title=f"build-all ({runner.via}) -> {runner.build_dir}")
+                       title=f"build-all ({outcome.via}) -> {outcome.build_dir}")
     colors = {"built": "green", "up to date": "green", "failed": "red", "interrupted": "red",
               "unavailable": "yellow", "covered": "green", "skipped": "yellow"}
-    for r in results:
+    for r in outcome.results:
         note = r.message
         if r.status == "failed" and r.log:
             note = f"{r.message}\nlog: {r.log}" if r.message else f"log: {r.log}"

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import ProjectArg, app, log, note, warn
-from .signing import StagingOpt, TrustConfigOpt
+from .app import app, log, note, warn
+from .options import HubVersionOpt, ProjectArg, StagingOpt, TrustConfigOpt
 
 
 @app.command()
@@ -96,8 +96,7 @@ def to_wheel(
         help="A build folder, a variant folder or a kernel project; default: .")] = None,
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Make wheels of a Hub kernel repo instead (needs --version).")] = None,
-    version: Annotated[Optional[int], typer.Option(
-        "--version", help="Kernel version on the Hub (branch v<N>).")] = None,
+    version: HubVersionOpt = None,
     out: Annotated[Path, typer.Option(help="Folder for the wheels.")] = Path("dist"),
 ) -> None:
     """Package each variant as a wheel (abi3 + manylinux_2_28 and torch==X.Y.* when compiled)."""

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from .app import ProjectArg, app, log, warn
+from .app import app, log, warn
+from .options import HubVersionOpt, ProjectArg, StagingOpt, TrustConfigOpt
 
-TrustConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--trust-config", help="A Sigstore ClientTrustConfig JSON (a private Sigstore instance); "
-                           "default: Sigstore's public instance.")]
-StagingOpt = Annotated[bool, typer.Option(
-    "--staging", help="Use Sigstore's staging instance (for trying the workflow out).")]
 
 
 @app.command()
@@ -39,8 +36,7 @@ def verify(
              "with <file>.sigstore beside it; default: .", show_default=False)] = None,
     repo_id: Annotated[Optional[str], typer.Option(
         "--repo-id", help="Verify a Hub kernel repo instead (needs --version).")] = None,
-    version: Annotated[Optional[int], typer.Option(
-        "--version", help="Kernel version on the Hub (branch v<N>).")] = None,
+    version: HubVersionOpt = None,
     repository: Annotated[Optional[str], typer.Option(
         "--repository", help="The GitHub repository (OWNER/NAME) whose workflows sign; default: "
                              "[tool.kbuild.signing] repository in pixi.toml.")] = None,
@@ -52,20 +48,23 @@ def verify(
                           "the one its wheel embeds), without refreshing it.")] = False,
     trust_config: TrustConfigOpt = None,
     staging: StagingOpt = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the results as JSON instead: a list with one object per variant or "
+                       "file (its result type, target, ok, fields and text).")] = False,
 ) -> None:
     """Verify signatures as the kernels loader does (kernels.verify.verify_variant), trusting
     your own repository and workflows: the signature over metadata.json, then every file
     against its digest. Exit 1 when one fails."""
-    from ..core.layout import MANIFEST, PIXI_TOML
-    from ..publish.verify import trusted_signers
+    from ..publish.verify import Target, trusted_signers
     from ..publish.verify import verify as run_verify
-    folder = target if target is not None and target.is_dir() and (
-        (target / MANIFEST).is_file() or (target / PIXI_TOML).is_file()) else Path(".")
-    signers = trusted_signers(folder, repository, list(workflow or []))
-    verdicts = run_verify(target, signers, repo_id=repo_id, version=version, offline=offline,
-                          trust=trust_config, staging=staging)
-    for v in verdicts:
-        log(f"{'verified' if v.ok else 'FAILED'} {v.target}: {v.text}")
+    given = Target(target, repo_id, version)
+    signers = trusted_signers(given.project, repository, list(workflow or []))
+    verdicts = run_verify(given, signers, offline=offline, trust=trust_config, staging=staging)
+    if json_out:
+        typer.echo(json.dumps([v.to_json() for v in verdicts], indent=1))
+    else:
+        for v in verdicts:
+            log(f"{'verified' if v.ok else 'FAILED'} {v.target}: {v.text}")
     if not all(v.ok for v in verdicts):
         raise typer.Exit(1)
 

@@ -30,6 +30,21 @@ def shipped_files(folder: Path) -> list[Path]:
                   if p.is_file() and not _bytecode(p.relative_to(folder)))
 
 
+def is_variant_dir(path: Path, *, built: bool = False) -> bool:
+    """The one rule for a variant folder of a build: a folder (or a link to one) not named with
+    a leading `.`; `built`: only one that holds a metadata.json, as assemble leaves it (check,
+    sign and upload judge every folder, so that a broken one is named rather than skipped)."""
+    return (not path.name.startswith(".") and path.is_dir()
+            and (not built or (path / METADATA).is_file()))
+
+
+def variant_dirs(build_dir: Path, *, built: bool = False) -> list[Path]:
+    """The variant folders of `build_dir` (`is_variant_dir`), sorted; none when it is no folder."""
+    if not build_dir.is_dir():
+        return []
+    return sorted(p for p in build_dir.iterdir() if is_variant_dir(p, built=built))
+
+
 def digest_files(folder: Path) -> dict[str, str]:
     """sha256 (base64) of every shipped file but the top-level metadata, by relative path."""
     files = {}

@@ -1,10 +1,7 @@
 """`build-all`: every selected environment's variant, in parallel, each in its own process.
 
-First the environments are planned into variants (`plan_jobs`): each build/ folder is written by
-one environment. A stable-ABI backend's variant is the same for every torch of a toolkit, so
-of the environments that share it the one with the newest torch (that the stable-ABI version
-allows) builds it and the others are reported as covered by it; a noarch project's variant is
-the same for every environment of its backend. Per building environment: realise it (pixi, or
+First the environments are planned into variants (`jobs.plan_jobs`): each build/ folder is
+written by one environment. Per building environment: realise it (pixi, or
 a cached PyPI venv from envs.py, from its lock), skip it when its inputs (sources, manifest,
 builder, environment pins) match the last successful build and the variant in build/ is intact,
 else run `kbuild build` for its interpreter in a new process group, logging to
@@ -25,98 +22,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from packaging.version import Version
-
-from . import realise
 from ..core import manifest as manifest_mod
 from ..core.built import digest_files
 from ..core.errors import BuildError
+from ..core.files import write_atomic
+from ..core.gitinfo import build_uid, content_hash
 from ..core.layout import METADATA, Layout
 from ..core.runner import Process, spawn_logged, stop
-from ..core.gitinfo import build_uid, content_hash
-from .matrix import EnvSpec, Matrix
-from ..core.variant import Variant
-from ..stages import frameworks
-from ..stages.compile import NVCC_SPLIT_VAR
+from ..stages.compile import NVCC_SPLIT_VAR, check_cores, check_jobs, dist
 from ..stages.plan import input_files
+from . import realise
+from .choose import in_matrix
+from .jobs import EnvResult, Job, env_variant, plan_jobs
+from .matrix import EnvSpec, Matrix, load_or_default
+
+__all__ = ["EnvResult", "Event", "Interrupted", "Job", "Options", "Outcome", "Runner", "build_all",
+           "env_variant", "plan_jobs", "summary_json"]
 
 NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-
-
-@dataclass
-class EnvResult:
-    env: str
-    variant: str
-    status: str                 # built | up to date | failed | interrupted | unavailable
-                                # | covered (another environment builds its variant) | skipped
-    seconds: float = 0.0        # wall time of this environment in this run
-    env_seconds: float = 0.0    # creating the environment (0 when reused)
-    build_seconds: float = 0.0  # the `kbuild build` process
-    so_bytes: int | None = None
-    log: str | None = None
-    message: str = ""
-    env_created: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("built", "up to date", "covered", "skipped")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One environment's build and the build/ folder it writes."""
-    spec: EnvSpec
-    variant: str
-    covers: tuple[str, ...] = ()  # other environments whose variant this is
-
-
-def env_variant(manifest: manifest_mod.Manifest, spec: EnvSpec, project: Path,
-                platform: str = "linux-64") -> tuple[str | None, str]:
-    """(the folder a build in `spec` writes on `platform`, or None and why it builds nothing)."""
-    if spec.backend not in manifest.general.backends:
-        return None, f"backend {spec.backend} is not listed in build.toml"
-    if manifest.is_noarch:
-        return Variant.noarch(spec.backend).name, ""
-    regular = Variant.parse(spec.variant(platform))
-    stable = (None if manifest.torch is None
-              else frameworks.stable_abi_version(manifest, spec.backend, project))
-    if stable is None:
-        return regular.name, ""
-    if (spec.release.major, spec.release.minor) < stable:
-        return None, (f"torch {spec.release} is older than the stable-ABI version "
-                      f"{stable[0]}.{stable[1]} this project targets")
-    return frameworks.stable_variant(regular, stable).name, ""
-
-
-def _rank(spec: EnvSpec) -> tuple[bool, Version]:
-    """Which environment of several builds their variant: one realisable here, newest torch."""
-    return (spec.available is None or spec.available.ok, Version(spec.torch_version))
-
-
-def plan_jobs(project: Path, specs: list[EnvSpec], strict: tuple[str, ...] = ()
-              ) -> tuple[list[Job], list[EnvResult]]:
-    """The builds to run, one per variant, and the results of the environments that need none
-    (covered by another's build, or skipped: a backend not listed, a torch too old for the
-    stable ABI; an environment named on the command line is failed instead of skipped)."""
-    manifest = manifest_mod.load(project, warn=lambda _: None)
-    groups: dict[str, list[EnvSpec]] = {}
-    settled: list[EnvResult] = []
-    for spec in specs:
-        variant, why = env_variant(manifest, spec, project)
-        if variant is None:
-            settled.append(EnvResult(spec.name, "-", "failed" if spec.name in strict
-                                     else "skipped", message=why))
-        else:
-            groups.setdefault(variant, []).append(spec)
-    jobs = []
-    for variant, members in groups.items():
-        chosen = max(members, key=_rank)
-        others = tuple(s.name for s in members if s is not chosen)
-        jobs.append(Job(chosen, variant, others))
-        settled += [EnvResult(s.name, variant, "covered", message=f"{variant} is built by "
-                              f"{chosen.name} (torch {chosen.torch_version})")
-                    for s in members if s is not chosen]
-    return jobs, settled
 
 
 @dataclass
@@ -132,6 +55,10 @@ class Options:
     print_build_logs: bool = False  # -L: every build's full output, as it comes
     strict: list[str] = field(default_factory=list)  # names asked for explicitly
     locked: bool = False        # PyPI path: every environment from its lock
+    # --dist-scheduler: each build's compiles go there. A build receives it as the variable
+    # KBUILD_DIST_SCHEDULER, never on its command line (a URL may hold a password, and every
+    # user of the machine can read a process's arguments).
+    dist_scheduler: str | None = None
 
 
 Event = Callable[[str, str, dict], None]  # (env, stage, fields); stage "output": {"line"} (-L)
@@ -173,9 +100,7 @@ def is_current(project: Path, build_dir: Path, variant: str, fp: str) -> bool:
 def record(project: Path, build_dir: Path, variant: str, fp: str) -> None:
     path = state_file(project, build_dir, variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"fingerprint": fp, "digest": digest_files(build_dir / variant)}))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps({"fingerprint": fp, "digest": digest_files(build_dir / variant)}))
 
 
 def so_size(variant_dir: Path) -> int | None:
@@ -276,6 +201,8 @@ class Runner:
         cmd, extra = self.realiser.build_command(real, args)
         if "KBUILD_COMPILER_CACHE" in os.environ:
             extra.pop("KBUILD_COMPILER_CACHE", None)
+        if self.opts.dist_scheduler is not None:
+            extra[dist.SCHEDULER_VAR] = self.opts.dist_scheduler
         return self._call(real.spec.name, cmd, log, env={**os.environ, **extra}, progress=True)
 
     def _call(self, name: str, cmd: list[str], log: Path, env: dict | None = None,
@@ -395,3 +322,61 @@ def _tail_error(log: Path) -> str:
 
 def summary_json(results: list[EnvResult]) -> list[dict]:
     return [asdict(r) for r in results]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a `build-all` run did: one result per selected environment, in their order."""
+    results: list[EnvResult]
+    via: str                # pixi | pypi
+    build_dir: Path
+    jobs: int               # environments built at once
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[EnvResult]:
+        return [r for r in self.results if r.status in ("failed", "interrupted")]
+
+    def write_json(self, path: Path) -> None:
+        path.write_text(json.dumps({"via": self.via, "jobs": self.jobs,
+                                    "results": summary_json(self.results)}, indent=1) + "\n")
+
+
+def build_all(project: Path, opts: Options, on_event: Event, *, only: list[str] | None = None,
+              skip: list[str] | None = None, variant: str | None = None,
+              matrix: Path | None = None, max_jobs: int | None = None,
+              dist_scheduler: str | None = None,
+              note: Callable[[str], None] = lambda _: None) -> Outcome:
+    """`kbuild build-all`: the options checked, the environments selected (`only`/`skip`, or the
+    one that builds `variant`), each announced through `on_event(env, "waiting", {})`, then
+    built. An interrupt (Ctrl-C, SIGTERM) stops the run: the outcome says so."""
+    check_jobs(opts.jobs)
+    check_jobs(opts.compile_jobs, "--compile-jobs")
+    check_jobs(max_jobs, "--max-jobs")
+    check_cores(opts.cores)
+    if max_jobs is not None:
+        if opts.jobs not in (1, max_jobs):
+            raise BuildError(f"--max-jobs {max_jobs} and --jobs {opts.jobs} disagree",
+                             hint="both are the environments built at once: give one of them")
+        opts.jobs = max_jobs
+    opts.dist_scheduler = dist.check_scheduler(dist_scheduler)
+    if opts.via not in ("auto", "pixi", "pypi"):
+        raise BuildError(f"--via must be auto, pixi or pypi, not {opts.via!r}")
+    project = project.resolve()
+    mx = load_or_default(project, matrix, note)
+    specs = mx.select(only, skip)
+    if not specs:
+        raise BuildError("no environment selected", file=mx.path, hint="check --only/--skip")
+    opts.strict = [p for arg in (only or []) for p in arg.split(",") if p and not set(p) & set("*?[")]
+    if variant is not None:  # exactly the environment that builds it
+        chosen = in_matrix(project, variant, specs).env
+        specs, opts.strict = [s for s in specs if s.name == chosen], [chosen]
+    runner = Runner(project, mx, opts, on_event)
+    specs = runner.realiser.annotate(specs)
+    for s in specs:
+        on_event(s.name, "waiting", {})
+    try:  # Ctrl-C, or SIGTERM (app.main raises it as an interrupt)
+        results, interrupted = runner.run(specs), False
+    except Interrupted as e:
+        results, interrupted = e.results, True
+    return Outcome(results, runner.via, runner.build_dir, opts.jobs, interrupted)

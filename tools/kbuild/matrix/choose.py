@@ -15,7 +15,7 @@ from ..core.layout import MANIFEST, Layout
 from ..stages.plan import made_for
 from ..stages.torch_install import read_torch_install
 from . import matrix as matrix_mod
-from .buildall import plan_jobs
+from .jobs import plan_jobs
 from .matrix import EnvSpec
 
 

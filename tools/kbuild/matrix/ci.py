@@ -2,7 +2,7 @@
 (`kbuild ci-plan`, `kbuild envs --ci pr|release`; the workflows: `kbuild/workflows/`).
 
 Builds, one job per variant and platform:
-- `release`: every variant `build-all` would build (`buildall.plan_jobs`: a backend the manifest
+- `release`: every variant `build-all` would build (`jobs.plan_jobs`: a backend the manifest
   lists, one environment per stable-ABI variant), on each Linux platform the environment has;
   a noarch project: one job per backend it lists (a noarch variant needs no environment).
 - `pr`: one environment per backend, on linux-64: the newest torch whose toolkit comes from PyPI
@@ -32,10 +32,11 @@ from packaging.version import Version
 from ..core import manifest as manifest_mod
 from ..core.backend import Backend
 from ..core.errors import BuildError
+from ..core.toolconfig import IMAGE_HINT
 from ..core.layout import MANIFEST, PIXI_TOML
 from ..core.manifest import Manifest
 from ..core.variant import Variant
-from .buildall import Job, env_variant, plan_jobs
+from .jobs import Job, env_variant, plan_jobs
 from .matrix import EnvSpec, Matrix
 
 Mode = Literal["pr", "release"]
@@ -115,18 +116,13 @@ def check_mode(mode: str) -> str:
 
 def containers(mx: Matrix) -> dict[str, str]:
     """pixi.toml's `[tool.kbuild.ci.containers]`: CUDA version → image pinned by digest."""
-    table = mx.raw.get("tool", {}).get("kbuild", {}).get("ci", {}).get("containers", {})
+    table = mx.tool.ci.containers  # a table of strings (core/toolconfig.py)
     if mx.default or not table:
         return {}
-    if not isinstance(table, dict):
-        raise BuildError("expected a table of CUDA versions", file=mx.path, key=CONTAINERS_KEY,
-                         hint='e.g. "12.8" = "nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:<64 hex>"')
     for cuda, image in table.items():
-        if not isinstance(image, str) or not PINNED_IMAGE.fullmatch(image):
+        if not PINNED_IMAGE.fullmatch(image):
             raise BuildError(f"{image!r} is not an image pinned by digest", file=mx.path,
-                             key=f"{CONTAINERS_KEY}.{cuda}",
-                             hint="NAME:TAG@sha256:<64 hex>; `docker buildx imagetools inspect "
-                                  "NAME:TAG` prints the digest")
+                             key=f"{CONTAINERS_KEY}.{cuda}", hint=IMAGE_HINT)
     return dict(table)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import tomlkit
 from packaging.markers import Marker
 
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from .lockfile import Lock, Package, host_platform, parse, read
 from .matrix import EnvSpec, Matrix
 
@@ -231,9 +231,7 @@ def resolve(target: Target, folder: Path, inst, timeout: float = 900) -> Lock:
     path = lock_path(folder, target.platform, target.name)
     parse(text, path)  # what uv wrote is held to the same rules as any lock read
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp_path.write_text(text)
-    os.replace(tmp_path, path)
+    write_atomic(path, text)
     return read(path)
 
 

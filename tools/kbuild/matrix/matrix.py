@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -22,6 +22,7 @@ from packaging.version import Version
 from ..core.backend import Backend
 from ..core.errors import BuildError
 from ..core.layout import PIXI_TOML
+from ..core.toolconfig import KbuildTool, tool_settings
 from ..core.variant import Variant
 
 ENV_NAME_RE = re.compile(r"^torch(\d)(\d+)-(cu\d+|cpu)$")
@@ -111,6 +112,7 @@ class Matrix:
     platforms: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     default: bool = False            # the builder's own matrix, used for lack of a pixi.toml
+    tool: KbuildTool = field(default_factory=KbuildTool, repr=False, compare=False)  # [tool.kbuild]
 
     @property
     def locks(self) -> Path:
@@ -172,6 +174,15 @@ def load(path: Path) -> Matrix:
     return _parse(path / PIXI_TOML if path.is_dir() else path)
 
 
+def load_or_default(project: Path, matrix: Path | None, note: Callable[[str], None]) -> Matrix:
+    """`--matrix FILE`, else PROJECT/pixi.toml, else the builder's default matrix (said in
+    `note`)."""
+    mx = load(matrix or project)
+    if mx.default:
+        note(f"{project} has no pixi.toml: using the builder's default matrix ({mx.path})")
+    return mx
+
+
 def _parse(path: Path, builtin: bool = False) -> Matrix:
     if not path.is_file():
         raise BuildError(f"{path} not found", hint="the environment matrix lives in pixi.toml "
@@ -186,7 +197,7 @@ def _parse(path: Path, builtin: bool = False) -> Matrix:
     features: dict[str, dict] = dict(raw.get("feature", {}))
     default = {k: raw[k] for k in ("dependencies", "pypi-dependencies", "activation", "target")
                if k in raw}
-    pypi_cfg = raw.get("tool", {}).get("kbuild", {}).get("pypi", {})
+    tool = tool_settings(raw, path)
 
     envs, aliases = [], []
     for name, env in (raw.get("environments") or {}).items():
@@ -228,9 +239,9 @@ def _parse(path: Path, builtin: bool = False) -> Matrix:
         reason = None
         if cuda:
             major = cuda.split(".")[0]
-            wheels = tuple(w.replace("{cuda}", cuda) for w in pypi_cfg.get("toolkit", {}).get(major, []))
+            wheels = tuple(w.replace("{cuda}", cuda) for w in tool.pypi.toolkit.get(major, []))
             if not wheels:
-                reason = pypi_cfg.get("no-toolkit", {}).get(
+                reason = tool.pypi.no_toolkit.get(
                     major, f"no toolkit wheels for CUDA {major} in [tool.kbuild.pypi.toolkit]")
         envs.append(EnvSpec(
             name=name, torch_version=torch_version, torch_index=index, cuda=cuda,
@@ -238,7 +249,7 @@ def _parse(path: Path, builtin: bool = False) -> Matrix:
             solve_group=env.get("solve-group"), python=python, pypi_extra=tuple(extra),
             toolkit_wheels=wheels, no_toolkit_reason=reason, locks=path.parent / LOCKS_DIR))
     return Matrix(path=path, envs=tuple(envs), aliases=tuple(aliases), platforms=ws_platforms,
-                  raw=raw, default=builtin)
+                  raw=raw, default=builtin, tool=tool)
 
 
 def name_problems(env: EnvSpec) -> list[str]:

@@ -1,4 +1,4 @@
-"""Stage 3 for the matrix: an environment of pixi.toml made real, by pixi or from PyPI.
+"""The environment stage for the matrix: an environment of pixi.toml made real, by pixi or from PyPI.
 
 Both realisers answer the same questions, so `build-all` only schedules:
 `annotate(specs)` (can each be realised here, and why not), `realise(spec)` (create or reuse

@@ -1,6 +1,6 @@
 """What a project's tests need and an interpreter lacks, installed beside its environment (never
 into it): `kbuild dev` and `kbuild test` put the folder on the tests' PYTHONPATH. What they need
-is stages/testdeps.py's; how it is installed, installer.py `install_beside`."""
+is stages/devtest/testdeps.py's; how it is installed, installer.py `install_beside`."""
 
 from __future__ import annotations
 
@@ -93,5 +93,5 @@ def test_tools(python: str, folder: Path, requirements: list[str], log: Log = la
                                                  folder / "logs" / "tools.log")
             (staging / STAMP).write_text(json.dumps({"key": key, "requirements": wanted,
                                                      "installed": installed}) + "\n")
-            os.replace(staging, target)
+            os.replace(staging, target)  # a whole folder, not core/files.write_atomic's one file
     return sorted(target.glob("lib*/python*/site-packages"))

@@ -250,7 +250,7 @@ def _validate(text: str, path: Path) -> None:
 def default_index(mx: Matrix) -> str:
     """[tool.kbuild.update] index in pixi.toml, else pip's configured index, else PyPI."""
     from .installer import pip_config
-    return (mx.raw.get("tool", {}).get("kbuild", {}).get("update", {}).get("index")
+    return (mx.tool.update.index
             or (pip_config().get("index-url") or ["https://pypi.org/simple"])[0])
 
 

@@ -4,7 +4,7 @@ guard, `kbuild api-diff`).
 Users pin `version=N`, and every upload of version N replaces branch `vN` in place, so a public
 name removed or changed incompatibly under the same version breaks them. The API of a variant is
 what its real load reports (resources/scripts/probe_variant.py, remembered with the load by
-stages/probe_memo.py), one dict per symbol: the package's public names and those of its public
+stages/check/probe_memo.py), one dict per symbol: the package's public names and those of its public
 submodules, each callable with its signature, defaults and the flags `kernels.kernelize` reads,
 each constant with its value; the layer classes with their `forward` and flags; and the
 registered op schemas. Each uploaded variant is compared with the API recorded for the variant
@@ -28,6 +28,7 @@ from ..core.errors import BuildError
 from ..core.layout import MANIFEST, SIGNATURE
 from ..stages.check import probe_load
 from .hub import HubClient
+from .refs import hub_branch, hub_repo
 from .sync import git_blob_oid
 
 Log = Callable[[str], None]
@@ -292,7 +293,7 @@ def _oids(variant: BuiltVariant) -> dict[str, str]:
 
 
 def local_apis(variants: list[BuiltVariant], python: str | None = None) -> dict[str, dict | str]:
-    """Each variant's API as its load here reports it (stages/check.py: a process without this
+    """Each variant's API as its load here reports it (stages/check/__init__.py: a process without this
     environment's secrets, with a time limit; remembered with the load), or why there is none."""
     apis: dict[str, dict | str] = {}
     for v in variants:
@@ -399,18 +400,14 @@ def api_diff(project: Path, *, repo_id: str | None = None, build_dir: Path | Non
     """`kbuild api-diff`: the build's API against branch v<version> (or [general.hub] branch)."""
     from ..core import manifest as manifest_mod
     from ..core.layout import Layout
-    from ..stages.check import variant_dirs
+    from ..core.built import variant_dirs
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
-    repo_id = repo_id or general.hub.repo_id
-    if not repo_id:
-        raise BuildError("no repo id to compare with", file=project / MANIFEST,
-                         key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
+    repo_id = hub_repo(project, general, repo_id, purpose="compare with")
     build_dir = Layout.of(project, build_dir).build_dir
     variants = [v for v, _ in map(BuiltVariant.read, variant_dirs(build_dir) if build_dir.is_dir()
                                   else []) if v is not None]
     if not variants:
         raise BuildError("no readable variants", file=build_dir, hint="run `kbuild build` first")
     hub = HubClient(repo_id, endpoint=endpoint, token=None, log=warn, retries=2, backoff=0.5)
-    return api_report(hub, general.hub.branch or f"v{general.version}", variants,
-                      local_apis(variants, python))
+    return api_report(hub, hub_branch(general, None), variants, local_apis(variants, python))

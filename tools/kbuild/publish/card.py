@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import traceback
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core import manifest as manifest_mod
-from ..core.built import BuiltVariant
+from ..core.built import BuiltVariant, variant_dirs
 from ..core.errors import BuildError
-from ..core.layout import MANIFEST, METADATA, TORCH_EXT, Layout
+from ..core.files import write_atomic
+from ..core.layout import MANIFEST, TORCH_EXT, Layout
 from ..core.manifest import inside
 
 CARD = "CARD.md"
@@ -360,8 +360,7 @@ def project_card(project: Path, build_dir: Path | None = None) -> str:
                          file=project / MANIFEST, key="general.hub.repo-id",
                          hint="set it, or write a CARD.md")
     folder = Layout.of(project, build_dir).build_dir
-    variants = [v for v, _ in (BuiltVariant.read(d) for d in sorted(folder.iterdir())
-                               if (d / METADATA).is_file())] if folder.is_dir() else []
+    variants = [v for v, _ in map(BuiltVariant.read, variant_dirs(folder, built=True))]
     return generate_card(manifest, repo_id, [v for v in variants if v is not None],
                          project=project)
 
@@ -379,12 +378,7 @@ def check_card(project: Path) -> str | None:
 
 def write_card(path: Path, text: str) -> None:
     """`kbuild card --output`: the whole card or nothing (written beside it, renamed over it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except OSError as e:
         raise BuildError(f"cannot write it: {e.strerror or e}", file=path) from None
-    finally:
-        tmp.unlink(missing_ok=True)

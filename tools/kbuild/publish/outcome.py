@@ -5,13 +5,13 @@ upstream prints, and a dry run's plan."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from ..core.built import BuiltVariant
+from ..core.files import write_atomic
 from .hub import HubClient
 from .sync import Diff, SyncResult
 
@@ -68,13 +68,7 @@ def write_json(path: Path | None, result: UploadResult) -> None:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(json.dumps(result.to_json(), indent=2) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, json.dumps(result.to_json(), indent=2) + "\n")
 
 
 def announce(result: UploadResult, *, say: Log, note: Log) -> None:

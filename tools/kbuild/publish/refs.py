@@ -1,13 +1,19 @@
-"""The names `kbuild upload` writes to on the Hub, checked before anything is read or written:
-a branch (git's `check-ref-format` rules for a branch, and the Hub's own), a version branch that
-agrees with the variants' version, and a release tag."""
+"""The names kbuild reads and writes on the Hub, checked before anything is read or written: a
+repo id (`org/name`), a branch (git's `check-ref-format` rules for a branch, and the Hub's own),
+a version branch that agrees with the variants' version, and a release tag. `hub_target`: the
+`hub_repo` and `hub_branch`: the repo and branch of a project (upload, api-diff), from the
+options or build.toml; `download_build` (verify and to-wheel --repo-id) checks its repo id here."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ..core.errors import BuildError
+from ..core.layout import MANIFEST
+from ..core.manifest import General
 
+REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 VERSION_BRANCH = re.compile(r"v(\d+)")
 ALLOWED = re.compile(r"[A-Za-z0-9._/-]+")
 BRANCH_HINT = ("letters, digits, `.`, `_`, `-` and `/`; no `..`, no part starting with `.` or "
@@ -69,3 +75,31 @@ def check_tag(tag: str, version: int) -> None:
     if int(m[1]) != version:
         raise BuildError(f"--tag {tag} does not belong to version {version} (branch v{version})",
                          hint=f"use v{version}.<minor>.<patch>, or bump general.version")
+
+
+def check_repo_id(repo_id: str) -> str:
+    """`repo_id`, or one BuildError when it is not of the form org/name."""
+    if not REPO_ID.fullmatch(repo_id):
+        raise BuildError(f"repo id {repo_id!r} is not of the form org/name", key="--repo-id")
+    return repo_id
+
+
+def hub_repo(project: Path, general: General, repo_id: str | None, *, purpose: str) -> str:
+    """--repo-id, else build.toml's [general.hub] repo-id; one of them, of the form org/name."""
+    repo_id = repo_id or general.hub.repo_id
+    if not repo_id:
+        raise BuildError(f"no repo id to {purpose}", file=project / MANIFEST,
+                         key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
+    return check_repo_id(repo_id)
+
+
+def hub_branch(general: General, branch: str | None) -> str:
+    """--branch, else build.toml's [general.hub] branch, else v<version>: a name git and the Hub
+    accept, and a `v<N>` branch only for version N."""
+    if branch is not None:
+        given, key = check_branch(branch), "--branch"
+    else:
+        given, key = (check_branch(general.hub.branch, key="general.hub.branch")
+                      if general.hub.branch else f"v{general.version}"), "general.hub.branch"
+    check_branch_version(given, general.version, key=key)
+    return given

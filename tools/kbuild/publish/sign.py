@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 from ..core.built import BuiltVariant
 from ..core.errors import BuildError
 from ..core.files import write_atomic
+from ..core.loader import workflow_policy
 from ..core.layout import METADATA, SIGNATURE
 
 if TYPE_CHECKING:
@@ -86,8 +87,7 @@ class SignerIdentity:
     def policy(self):
         """The verification policy that accepts exactly this signer."""
         if self.github:
-            from kernels.verify import GitHubWorkflowPolicy
-            return GitHubWorkflowPolicy(repo_id=self.repository, signer_uris=[self.workflow])
+            return workflow_policy(self.repository, [self.workflow])
         from sigstore.verify.policy import Identity
         return Identity(identity=self.subject, issuer=self.issuer)
 
@@ -217,7 +217,8 @@ def sign_build(build_dir: Path, options: SigningOptions = SigningOptions(), *,
                log: Log = print) -> SignerIdentity:
     """`kbuild sign`: every variant of `build_dir`, each passing `kbuild check`'s file checks
     (metadata, digest, layout, ABI; no local build) or nothing is signed."""
-    from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant, variant_dirs
+    from ..core.built import variant_dirs
+    from ..stages.check import BYTECODE, SIGNATURE_CODES, check_variant
     if not build_dir.is_dir() or not variant_dirs(build_dir):
         raise BuildError("no variants to sign", file=build_dir, hint="run `kbuild build` first")
     variants = []

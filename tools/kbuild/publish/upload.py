@@ -22,17 +22,16 @@ missing. The token (HF_TOKEN or `hf auth login`) and URL credentials are never p
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..stages.check import BYTECODE, PROBERS, SIGNATURE_CODES, check_variant, variant_dirs
+from ..stages.check import BYTECODE, PROBERS, SIGNATURE_CODES, check_variant
 from ..stages.frameworks import not_made_by
 from ..stages.plan import input_files
 from ..core import gitinfo
 from ..core import manifest as manifest_mod
-from ..core.built import BuiltVariant, shipped_files
+from ..core.built import BuiltVariant, shipped_files, variant_dirs
 from ..core.errors import BuildError
 from ..core.metadata import KernelGit, VariantMetadata
 from ..core.layout import MANIFEST, METADATA, SIGNATURE, Layout
@@ -42,7 +41,7 @@ from .card import card_text, read_card, render_card
 from .hub import REPO_TYPE, HubClient, check_client, check_endpoint, no_progress_bars
 from .outcome import (DRY_RUN, NO_CHANGES, PR_CREATED, UPLOADED, UploadResult, announce,
                       kernel_url, log_done, print_plan, result_of, write_json)
-from .refs import check_branch, check_branch_version, check_tag
+from .refs import check_branch, check_tag, hub_branch, hub_repo
 from .sign import SigningOptions, require_signed, sign_variants
 from .sync import Diff, SyncResult, compute_diff, git_blob_oid, local_oids, sync_branch
 
@@ -235,24 +234,13 @@ def _upload(project: Path, o: UploadOptions, *, say: Log, progress: Log, warn: L
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     general = manifest.general
-    repo_id = o.repo_id or general.hub.repo_id
-    if not repo_id:
-        raise BuildError("no repo id to upload to", file=project / MANIFEST,
-                         key="general.hub.repo-id", hint="set it in build.toml or pass --repo-id")
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
-        raise BuildError(f"repo id {repo_id!r} is not of the form org/name", key="--repo-id")
+    repo_id = hub_repo(project, general, o.repo_id, purpose="upload to")
     if tag is not None:
         check_tag(tag, general.version)
         if create_pr:
             raise BuildError("--tag cannot be combined with --create-pr",
                              hint="merge the pull request, then tag the merge commit")
-    if o.branch is not None:
-        branch = o.branch
-    else:
-        branch = check_branch(general.hub.branch, key="general.hub.branch") \
-            if general.hub.branch else f"v{general.version}"
-    check_branch_version(branch, general.version,
-                         key="--branch" if o.branch is not None else "general.hub.branch")
+    branch = hub_branch(general, o.branch)
     card = read_card(project)  # rendered and its front matter read before anything else
     readme = render_card(project, manifest, repo_id, card) if card is not None else None
     if not dry_run and not (o.token or HubClient._token()):

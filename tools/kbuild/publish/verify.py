@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import logging
 import re
-import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..core.errors import BuildError
-from ..core.layout import METADATA, PIXI_TOML, SIGNATURE
+from ..core.layout import BUILD_DIR, MANIFEST, METADATA, PIXI_TOML, SIGNATURE
+from ..core.loader import loader_data, workflow_policy
 from ..core.signature import BundleUnreadable, read_bundle
+from ..core.toolconfig import REPOSITORY_HINT, read_tool_settings
+from .results import (DigestMissing, DigestVerificationFailure, MetadataInvalid, MetadataMissing, Result,
+                      SignatureBundleInvalid, SignatureBundleMissing, SignatureVerificationFailure,
+                      SignerNotTrusted, Success)
 from .sign import SignerIdentity, one_line, trust_config
 
 Log = Callable[[str], None]
@@ -41,8 +45,7 @@ class TrustedSigners:
     workflows: tuple[str, ...]
 
     def policy(self):
-        from kernels.verify import GitHubWorkflowPolicy
-        return GitHubWorkflowPolicy(repo_id=self.repository, signer_uris=list(self.workflows))
+        return workflow_policy(self.repository, self.workflows)
 
 
 def workflow_uri(repository: str, spec: str, *, file: Path | None = None, key: str) -> str:
@@ -62,28 +65,15 @@ def trusted_signers(project: Path, repository: str | None, workflows: list[str])
     file = None
     if repository is None or not workflows:
         file = project / PIXI_TOML
-        try:
-            table = tomllib.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise BuildError(f"not valid TOML: {exc}", file=file) from None
-        config = table
-        for depth, part in enumerate(CONFIG_KEY.split("."), 1):  # tool, kbuild, signing
-            config = config.get(part, {})
-            if not isinstance(config, dict):
-                raise BuildError("must be a table", file=file,
-                                 key=".".join(CONFIG_KEY.split(".")[:depth]))
-        repository = repository or config.get("repository")
-        workflows = workflows or config.get("workflows") or []
-        if not isinstance(workflows, list) or not all(isinstance(w, str) for w in workflows):
-            raise BuildError("must be a list of workflow strings", file=file,
-                             key=f"{CONFIG_KEY}.workflows")
-    if not isinstance(repository, str) or not REPOSITORY.fullmatch(repository):
+        settings = read_tool_settings(file).signing  # its shape checked there
+        repository = repository or settings.repository
+        workflows = workflows or settings.workflows
+    if repository is None or not REPOSITORY.fullmatch(repository):
         raise BuildError("no GitHub repository (OWNER/NAME) whose signatures to trust"
                          if repository is None else f"{repository!r} is not a GitHub OWNER/NAME",
                          file=file,
                          key="--repository" if file is None else f"{CONFIG_KEY}.repository",
-                         hint="pass --repository OWNER/NAME or set it in "
-                              f"[{CONFIG_KEY}] of pixi.toml")
+                         hint=REPOSITORY_HINT)
     if not workflows:
         raise BuildError("no signing workflow to trust", file=file,
                          key="--workflow" if file is None else f"{CONFIG_KEY}.workflows",
@@ -125,27 +115,22 @@ def verifier(*, offline: bool = False, trust: Path | None = None, staging: bool 
                          "embeds)") from None
 
 
-@dataclass(frozen=True)
-class Verdict:
-    target: str
-    ok: bool
-    text: str
-
-
-def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | SignerIdentity:
-    """The signer's identity when the bundle at `bundle_path` verifies `data`, else why not."""
+def _signature(name: str, data: bytes, bundle_path: Path, verifier_,
+               policy) -> SignerIdentity | Result:
+    """The signer's identity when the bundle at `bundle_path` verifies `data`, else the result
+    that says why not (about `name`)."""
     from sigstore.errors import VerificationError
     from sigstore.models import Bundle
     try:
         text = read_bundle(bundle_path)
     except BundleUnreadable as exc:
-        return str(exc)
+        return SignatureBundleInvalid(name, str(exc))
     except OSError as exc:
-        return f"{bundle_path.name} cannot be read: {exc.strerror or exc}"
+        return SignatureBundleInvalid(name, f"{bundle_path.name} cannot be read: {exc.strerror or exc}")
     try:
         bundle = Bundle.from_json(text)
     except Exception as exc:  # untrusted bytes, as InvalidBundle and pydantic's errors
-        return f"invalid signature bundle: {one_line(exc)}"
+        return SignatureBundleInvalid(name, f"invalid signature bundle: {one_line(exc)}")
     from sigstore.verify.policy import UnsafeNoOp
     signer = SignerIdentity.of(bundle.signing_certificate)
     try:
@@ -155,67 +140,76 @@ def _signature(data: bytes, bundle_path: Path, verifier_, policy) -> str | Signe
             with _quiet_sigstore():
                 verifier_.verify_artifact(data, bundle, UnsafeNoOp())
         except VerificationError:
-            return f"signature verification failed: {one_line(exc)}"
-        return (f"signature verification failed: signed by {signer.describe()}, which is not a "
-                "trusted signer here")
+            return SignatureVerificationFailure(name, one_line(exc))
+        return SignerNotTrusted(name, signer)
     return signer
 
 
-def verify_variant(variant: Path, verifier_, policy) -> Verdict:
+def verify_variant(variant: Path, verifier_, policy) -> Result:
     """kernels.verify.verify_variant's steps, in its order, with this verifier."""
-    from kernels._rust import Digest, DigestValidationError, Metadata
+    loader = loader_data()
+    Digest, DigestValidationError, Metadata = loader.Digest, loader.DigestValidationError, loader.Metadata
     name = variant.name
     if not (variant / SIGNATURE).is_file():
-        return Verdict(name, False, "not signed (no metadata.json.sigstore)")
+        return SignatureBundleMissing(name, SIGNATURE)
     if not (variant / METADATA).is_file():
-        return Verdict(name, False, "metadata.json is missing")
+        return MetadataMissing(name)
     data = (variant / METADATA).read_bytes()
-    signer = _signature(data, variant / SIGNATURE, verifier_, policy)
-    if isinstance(signer, str):
-        return Verdict(name, False, signer)
+    signer = _signature(name, data, variant / SIGNATURE, verifier_, policy)
+    if not isinstance(signer, SignerIdentity):
+        return signer
     try:  # only now, as the loader: the metadata's bytes are the signed ones
         metadata = Metadata.from_bytes(data)
     except (OSError, ValueError) as exc:
-        return Verdict(name, False, f"invalid metadata: {one_line(exc)}")
+        return MetadataInvalid(name, one_line(exc))
     if metadata.digest is None:
-        return Verdict(name, False, "metadata.json has no digest")
+        return DigestMissing(name)
     try:
         metadata.digest.validate(Digest.hash_variant(metadata.digest.algorithm, variant))
     except DigestValidationError as exc:
-        return Verdict(name, False, "files differ from the signed digest: "
-                       + "; ".join(str(v) for v in exc.violations))
-    return Verdict(name, True, f"signed by {signer.describe()}; every file matches the digest")
+        return DigestVerificationFailure(name, tuple(str(v) for v in exc.violations))
+    return Success(name, signer)
 
 
-def verify_file(path: Path, verifier_, policy) -> Verdict:
+def verify_file(path: Path, verifier_, policy) -> Result:
     """Any file with its bundle beside it as `<file>.sigstore`."""
     bundle = path.with_name(path.name + ".sigstore")
     if not bundle.is_file():
-        return Verdict(path.name, False, f"not signed (no {bundle.name} beside it)")
-    signer = _signature(path.read_bytes(), bundle, verifier_, policy)
-    if isinstance(signer, str):
-        return Verdict(path.name, False, signer)
-    return Verdict(path.name, True, f"signed by {signer.describe()}")
+        return SignatureBundleMissing(path.name, bundle.name, variant=False)
+    signer = _signature(path.name, path.read_bytes(), bundle, verifier_, policy)
+    if not isinstance(signer, SignerIdentity):
+        return signer
+    return Success(path.name, signer, variant=False)
 
 
-def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None = None,
-           version: int | None = None, offline: bool = False, trust: Path | None = None,
-           staging: bool = False, endpoint: str | None = None) -> list[Verdict]:
-    """The verdict on each variant of a build folder, a project's build/, one variant folder,
-    one signed file, or branch v<version> of a Hub kernel repo. A variant's `metadata.json` (or
-    its bundle) stands for its variant: the files are checked against the signed digest too."""
-    from ..core.layout import BUILD_DIR, MANIFEST
-    from ..stages.check import variant_dirs
-    if repo_id is not None:
-        if target is not None:
-            raise BuildError("give either a folder or --repo-id, not both")
-        if version is None:
-            raise BuildError("--repo-id needs --version", hint="e.g. --version 1 for branch v1")
-        from .wheel import download_build
-        variants = variant_dirs(download_build(repo_id, version, endpoint=endpoint))
-        files: list[Path] = []
-    else:
-        target = (target or Path(".")).resolve()
+@dataclass(frozen=True)
+class Target:
+    """What `kbuild verify` was given, resolved in one place: a project, a build folder, one
+    variant folder (or its metadata.json or bundle: its signature covers the variant's files),
+    a file signed beside it (`<file>.sigstore`), or branch v<version> of a Hub kernel repo."""
+    path: Path | None = None
+    repo_id: str | None = None
+    version: int | None = None
+
+    @property
+    def project(self) -> Path:
+        """The folder whose pixi.toml names the trusted signers ([tool.kbuild.signing]): the
+        target when it is a project (a build.toml or a pixi.toml), else the current folder."""
+        path = self.path
+        return path if path is not None and path.is_dir() and (
+            (path / MANIFEST).is_file() or (path / PIXI_TOML).is_file()) else Path(".")
+
+    def contents(self, endpoint: str | None = None) -> tuple[list[Path], list[Path]]:
+        """(the variant folders, the signed files) to verify; a Hub version is downloaded."""
+        from ..core.built import variant_dirs
+        if self.repo_id is not None:
+            if self.path is not None:
+                raise BuildError("give either a folder or --repo-id, not both")
+            if self.version is None:
+                raise BuildError("--repo-id needs --version", hint="e.g. --version 1 for branch v1")
+            from .wheel import download_build
+            return variant_dirs(download_build(self.repo_id, self.version, endpoint=endpoint)), []
+        target = (self.path or Path(".")).resolve()
         if target.is_file() and target.name in (METADATA, SIGNATURE):
             variants, files = [target.parent], []  # its signature covers the variant's files
         elif target.is_file():
@@ -228,8 +222,20 @@ def verify(target: Path | None, signers: TrustedSigners, *, repo_id: str | None 
                 raise BuildError("nothing to verify here", file=root, hint="give a build folder, "
                                  "a variant folder, a signed file or --repo-id with --version")
             variants, files = variant_dirs(root), []
-    if not variants and not files:
-        raise BuildError("no variants to verify", file=target)
+        if not variants and not files:
+            raise BuildError("no variants to verify", file=target)
+        return variants, files
+
+
+def verify(target: Target | Path | None, signers: TrustedSigners, *, repo_id: str | None = None,
+           version: int | None = None, offline: bool = False, trust: Path | None = None,
+           staging: bool = False, endpoint: str | None = None) -> list[Result]:
+    """The result of each variant or signed file of `target` (a `Target`, or its path with
+    `repo_id` and `version`). A variant's `metadata.json` (or its bundle) stands for its
+    variant: the files are checked against the signed digest too."""
+    if not isinstance(target, Target):
+        target = Target(target, repo_id, version)
+    variants, files = target.contents(endpoint)
     verifier_, policy = verifier(offline=offline, trust=trust, staging=staging), signers.policy()
     return ([verify_variant(v, verifier_, policy) for v in variants]
             + [verify_file(f, verifier_, policy) for f in files])

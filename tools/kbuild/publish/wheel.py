@@ -27,14 +27,16 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from ..stages.check import BYTECODE, check_built, variant_dirs
-from ..core.built import BuiltVariant
+from ..stages.check import BYTECODE, check_built
+from ..core.built import BuiltVariant, variant_dirs
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from ..core.layout import BUILD_DIR, MANIFEST, METADATA
 from ..core.metadata import VariantMetadata
 from ..core.pydeps import pypi_names
 from ..core.variant import Variant, VariantError
 from .hub import REPO_TYPE, HubClient, check_endpoint
+from .refs import check_repo_id
 
 PYTHON_TAG = "cp39"  # abi3 from Python 3.9 (the limited API the extensions are built against)
 MANYLINUX = "manylinux_2_28"
@@ -161,14 +163,14 @@ def build_wheel(built: BuiltVariant, out_dir: Path) -> Path:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{dist}-{version}-{tags.tag}.whl"
-    tmp = target.with_name(f".{target.name}.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    archive = io.BytesIO()  # the files are in memory already: the wheel is written in one go
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for arc, data, mode in entries:
             info = zipfile.ZipInfo(arc, date_time=ZIP_DATE)
             info.external_attr = (0o100000 | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
-    tmp.replace(target)
+    write_atomic(target, archive.getvalue())
     return target
 
 
@@ -187,6 +189,7 @@ def kernel_depends_note(built: BuiltVariant) -> str | None:
 def download_build(repo_id: str, version: int, *, endpoint: str | None = None,
                    token: str | None = None, cache_dir: Path | None = None) -> Path:
     """snapshot_download of `build/*` at branch v<version>; returns the local build folder."""
+    check_repo_id(repo_id)
     hub = HubClient(repo_id, endpoint=endpoint, token=token, log=lambda _: None, retries=2, backoff=0.5)
     from huggingface_hub.errors import RevisionNotFoundError
 

@@ -1,4 +1,4 @@
-"""Stage 6: built products → a complete variant folder, moved into `build/` atomically."""
+"""Built products → a complete variant folder, moved into `build/` atomically."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..core.layout import METADATA
 from ..core.signature import drop_unless_current
 from ..core.metadata import (BackendInfo, BuilderGit, Dependency, Digest, Environment, KernelGit,
                              LocalBuild, Provenance, SplitCompile, VariantMetadata)
-from . import cutlass
+from .generate import cutlass
 from .plan import VariantPlan
 
 
@@ -161,7 +161,7 @@ def install(staging: Path, build_dir: Path, name: str) -> bool:
     A replaced folder takes its signature with it; a kept one keeps its signature only while it
     signs the metadata.json there (never a stale one left behind)."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    target = build_dir / name
+    target = build_dir / name  # a whole folder renamed into place, not core/files.write_atomic's one file
     if target.exists() and same_content(staging, target):
         shutil.rmtree(staging)
         drop_unless_current(target)

@@ -1,4 +1,5 @@
-"""The stages in order: manifest → plan → environment → generate → compile → assemble."""
+"""The stages in order: manifest → plan → environment → generate → compile → assemble, and
+`clean`: what builds wrote, removed."""
 
 from __future__ import annotations
 
@@ -6,22 +7,25 @@ import re
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from ..core import manifest as manifest_mod
 from ..core.backend import Backend
+from ..core.built import is_variant_dir
 from ..core.errors import BuildError
 from ..core.layout import Layout
 from ..core.locking import locked
-from . import frameworks, pyops
+from ..core.removal import remove_tree
+from . import frameworks
+from .check import pyops
 from .assemble import install, python_files, stage
 from .check import verify_build
 from .compile import compile_variant, split
-from .compile_commands import export_compile_commands
+from .compile.compile_commands import export_compile_commands, ours
 from .generate import generate
-from .loadcheck import Loader, check_loads, loaded_before
+from .check.loadcheck import Loader, check_loads, loaded_before
 from .plan import VariantPlan, plan_noarch, plan_variant
 from .toolchain import Toolkit
 from .torch_install import TorchInstall, read_torch_install
@@ -38,8 +42,8 @@ class BuildResult:
     seconds: float
     slowest: tuple[tuple[str, float], ...] = ()  # this run's longest compile steps (source, s)
     cache: str = ""  # this run's compiler-cache hits and misses, when a cache is in use
-    pch: str = ""  # what the binding's precompiled header did (stages/pch.py)
-    dist: str = ""  # the compiles build servers ran, when distributed (stages/dist.py)
+    pch: str = ""  # what the binding's precompiled header did (stages/compile/pch.py)
+    dist: str = ""  # the compiles build servers ran, when distributed (stages/compile/dist.py)
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,8 @@ def build_plan(plan: VariantPlan, build_dir: Path, jobs: int | None = None, *,
 
 def plans(project: Path, *, backends: list[str] | None = None, python: str | None = None,
           toolkit: Toolkit = Toolkit(), warn: Log | None = None, on_step: OnStep | None = None,
-          local_capabilities: list[str] | None = None) -> list[VariantPlan]:
+          local_capabilities: list[str] | None = None,
+          dist_scheduler: str | None = None) -> list[VariantPlan]:
     project = project.resolve()
     manifest = manifest_mod.load(project, warn=warn)
     frameworks.refuse_unbuildable(manifest, project)
@@ -171,7 +176,7 @@ def plans(project: Path, *, backends: list[str] | None = None, python: str | Non
              "built as usual (publishable)")
     for line in (n for p in made for n in p.capability_notes):
         (warn or (lambda _: None))(line)  # kernels a build narrowed or compiles only to link
-    return made
+    return [replace(p, dist_scheduler=dist_scheduler) for p in made] if dist_scheduler else made
 
 
 def build(project: Path, *, backends: list[str] | None = None, python: str | None = None,
@@ -179,13 +184,14 @@ def build(project: Path, *, backends: list[str] | None = None, python: str | Non
           warn: Log | None = None, note: Log | None = None, on_step: OnStep | None = None,
           verify: bool = True, local_capabilities: list[str] | None = None,
           variant: str | None = None, cores: int | None = None,
-          on_output: OnOutput | None = None) -> list[BuildResult]:
+          on_output: OnOutput | None = None, dist_scheduler: str | None = None) -> list[BuildResult]:
     """Plans and builds the variants of `backends` (the torch's own by default), one after
     another; `variant`: only that one (refused, before anything compiles, when the plans make
-    no such variant)."""
+    no such variant). `dist_scheduler`: where the compiles go (--dist-scheduler)."""
     build_dir = Layout.of(project, build_dir).build_dir
     made = plans(project, backends=backends, python=python, toolkit=toolkit, warn=warn,
-                 on_step=on_step, local_capabilities=local_capabilities)
+                 on_step=on_step, local_capabilities=local_capabilities,
+                 dist_scheduler=dist_scheduler)
     if variant is not None:
         if variant not in [p.name for p in made]:
             raise BuildError(f"this build makes no variant {variant!r}",
@@ -197,3 +203,33 @@ def build(project: Path, *, backends: list[str] | None = None, python: str | Non
     export_compile_commands(project, [Layout.of(p.project).variant_work(p.name)
                                       for p in made if p.compiled], note)
     return results
+
+
+def clean(project: Path, warn: Log) -> list[Path]:
+    """`kbuild clean`: removes the work folder (.kbuild/), the compile_commands.json a build wrote
+    (a user's own stays) and the built variants (build/<variant>/), nothing else; what it removed.
+    A link is never followed (it may lead out of the project): it is named through `warn`."""
+    layout = Layout.of(project)
+    removed = []
+    commands = layout.compile_commands
+    if commands.is_file() and ours(commands, layout.compile_commands_mark):  # a user's stays
+        commands.unlink()
+        removed.append(commands)
+
+    def unfollowed(path: Path) -> bool:  # a link may lead out of the project: never followed
+        if path.is_symlink():
+            warn(f"{path} is a symlink (to {path.resolve()}); not following it, left as it is")
+        return path.is_symlink()
+
+    work = layout.work
+    if not unfollowed(work) and work.is_dir() and remove_tree(work, warn):
+        removed.append(work)
+    build_root = layout.build_dir
+    if not unfollowed(build_root) and build_root.is_dir():
+        for variant in sorted(build_root.iterdir()):
+            if not unfollowed(variant) and is_variant_dir(variant, built=True):
+                if remove_tree(variant, warn):
+                    removed.append(variant)
+        if not any(build_root.iterdir()):
+            build_root.rmdir()
+    return removed

@@ -1,4 +1,4 @@
-"""Stage 2: manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
+"""Manifest + environment → the plan of one variant (variant, id, kernels, archs)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ class VariantPlan:
     # links: name → the one capability whose PTX alone is emitted (not claimed in metadata).
     link_only: dict[str, str] = field(default_factory=dict)
     capability_notes: tuple[str, ...] = ()  # one line per kernel whose capabilities were cut
+    # The sccache-dist scheduler its compiles go to (--dist-scheduler); None: KBUILD_DIST_SCHEDULER,
+    # else the user's sccache configuration (stages/compile/dist.py).
+    dist_scheduler: str | None = None
 
     @property
     def name(self) -> str:
@@ -194,11 +197,12 @@ def loose_intersection(wanted: list[str], targets: list[str]) -> list[str]:
     return sorted((c + "+PTX" if c in ptx else c for c in out), key=lambda c: (_cap_version(c), c))
 
 
-def capability_targets(cuda: CudaToolkit, local: list[str] | None) -> tuple[list[str], list[str]]:
+def capability_targets(cuda: CudaToolkit,
+                       local_capabilities: list[str] | None) -> tuple[list[str], list[str]]:
     """(target archs for the intersection, archs of kernels that declare none): the toolkit's
     defaults, or only the local GPU's capabilities for a local build."""
-    if local:  # a GPU of capability 9.0 is the target of a `9.0a` kernel too
-        return [_base(c).rstrip("af") for c in local], list(local)
+    if local_capabilities:  # a GPU of capability 9.0 is the target of a `9.0a` kernel too
+        return [_base(c).rstrip("af") for c in local_capabilities], list(local_capabilities)
     defaults = default_capabilities(cuda.version)
     return [_base(c) for c in defaults], defaults
 
@@ -231,7 +235,7 @@ def _dropped_reason(cap: str, targets: list[str], nvcc: Version, supported: set[
 
 
 def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
-                 local: list[str] | None = None) -> CudaTargets:
+                 local_capabilities: list[str] | None = None) -> CudaTargets:
     """Each CUDA kernel's capabilities: its declared ones intersected with the targets as
     upstream does (`loose_intersection`), the targets' defaults for a kernel declaring none.
     A release build refuses a kernel left with none and names what was dropped. A local build
@@ -239,13 +243,13 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
     the binding, which may call into every kernel, still links; it refuses only when no kernel
     is left to run."""
     supported = set(cuda.supported_archs)
-    targets, fallback = capability_targets(cuda, local)
-    for cap in local or []:
+    targets, fallback = capability_targets(cuda, local_capabilities)
+    for cap in local_capabilities or []:
         if not _nvcc_has(cap, supported):
             raise BuildError(f"nvcc {cuda.version} cannot compile for capability {cap}",
                              hint="pass --cuda-capabilities with capabilities this toolkit supports: "
                                   + ", ".join(sorted(supported, key=lambda s: Version(s.rstrip("af")))))
-    where = (f"this build's capabilities ({', '.join(local)})" if local else
+    where = (f"this build's capabilities ({', '.join(local_capabilities)})" if local_capabilities else
              f"nvcc {cuda.version}'s targets ({', '.join(targets)})")
     archs: dict[str, list[str]] = {}
     link_only: dict[str, str] = {}
@@ -262,12 +266,12 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
         if kept:
             archs[name] = kept
             dropped = [c for c in declared if _base(c) not in {_base(k) for k in kept}]
-            if dropped and not local:
+            if dropped and not local_capabilities:
                 notes.append(f"kernel {name}: " + "; ".join(
                     f"{c} dropped: {_dropped_reason(c, targets, cuda.version, supported)}"
                     for c in dropped))
             continue
-        if not local:
+        if not local_capabilities:
             raise BuildError(f"none of the capabilities {declared} matches {where}",
                              file=project / MANIFEST, key=key,
                              hint="list a capability of the same major at or below one of those "
@@ -280,12 +284,12 @@ def cuda_targets(kernels: dict[str, Kernel], cuda: CudaToolkit, project: Path,
                              hint="bound the kernel with cuda-minver/cuda-maxver, or build with "
                                   "a toolkit that supports them")
         link_only[name] = _base(compilable[0])
-        notes.append(f"kernel {name}: not compiled for {', '.join(local)} (it declares "
+        notes.append(f"kernel {name}: not compiled for {', '.join(local_capabilities)} (it declares "
                      f"{', '.join(declared)}); PTX for {link_only[name]} only, so that the "
                      "binding links")
-    if local and link_only and not archs:
+    if local_capabilities and link_only and not archs:
         listing = "; ".join(f"{n}: {', '.join(kernels[n].cuda_capabilities)}" for n in link_only)
-        raise BuildError(f"no kernel runs on {', '.join(local)} ({listing})",
+        raise BuildError(f"no kernel runs on {', '.join(local_capabilities)} ({listing})",
                          file=project / MANIFEST,
                          key=f"kernel.{next(iter(link_only))}.cuda-capabilities",
                          hint="build for a GPU these kernels were written for, or without "

@@ -1,4 +1,4 @@
-"""Stage 3: the compilers — the host C++ compiler, and the CUDA toolkit matching a torch.
+"""The compilers — the host C++ compiler, and the CUDA toolkit matching a torch.
 
 One finder for CUDA: the candidates are the toolkit the build environment provides (`Toolkit`:
 a realised matrix environment's, or `--cuda-home`), CUDA_HOME/CUDA_PATH/CUDA_ROOT, NVIDIA's

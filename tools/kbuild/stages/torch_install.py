@@ -1,9 +1,8 @@
-"""Stage 3: the build environment — the target interpreter's torch (compilers: toolchain.py)."""
+"""The build environment — the target interpreter's torch (compilers: toolchain.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from ..core.errors import BuildError
+from ..core.files import write_atomic
 from ..core.runner import capture
 
 
@@ -100,9 +100,7 @@ def read_torch_install(python: str | None = None, *, cache_file: Path | None = N
     if cache_file and key:
         cache[key] = asdict(env)
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
-        os.replace(tmp, cache_file)
+        write_atomic(cache_file, json.dumps(cache, indent=1))
     return env
 
 

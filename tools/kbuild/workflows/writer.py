@@ -8,6 +8,7 @@ import json
 import os
 import re
 from collections import Counter
+from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Callable
@@ -146,3 +147,51 @@ def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@dataclass(frozen=True)
+class Monorepo:
+    """What `ci-workflow --monorepo` wrote: the workflow, the kernel folders it builds, the
+    organisation uploads go to, and the folders whose names it cannot build."""
+    path: Path
+    kernels: list[str]
+    org: str
+    unnamed: list[str]
+
+
+def write_monorepo(root: Path, org: str | None, name: str, *, force: bool, warn: Warn) -> Monorepo:
+    """The workflow of a repository of kernel folders, at its root (refused in a kernel project,
+    or where there is no kernel folder); the organisation is `org`, else the one most
+    build.toml repo-ids name (else a placeholder, warned)."""
+    if (root / MANIFEST).is_file():
+        raise BuildError(f"{root} is a kernel project; --monorepo writes the workflow of a "
+                         "repository of kernel folders", file=root / MANIFEST,
+                         hint="run it at the repository's root, or leave out --monorepo")
+    kernels = kernel_folders(root)
+    if not kernels:
+        raise BuildError(f"no kernel folder in {root} (a folder with a {MANIFEST})",
+                         hint="run it at the root of a repository of kernel folders")
+    chosen = org or default_org(root, kernels)
+    if chosen is None:
+        warn(f"no --org and no build.toml names a repo-id: uploads go to {PLACEHOLDER_ORG}"
+             "/<kernel>; edit repo_prefix in the workflow, or pass --org")
+    rel = workflow_file(name)
+    text = monorepo_workflow(chosen or PLACEHOLDER_ORG, warn)
+    target = write(root, rel, text, force=force)
+    return Monorepo(target, kernels, chosen or PLACEHOLDER_ORG,
+                    [k for k in kernels if not KERNEL_FOLDER.fullmatch(k)])
+
+
+def write_project(root: Path, *, force: bool, warn: Warn) -> Path:
+    """The one-project workflow, in a kernel project."""
+    if not (root / MANIFEST).is_file():
+        raise BuildError(f"no {MANIFEST} in {root}", hint="run it in a kernel project (or "
+                         "--monorepo at the root of a repository of kernel folders)")
+    return write(root, PROJECT_WORKFLOW, project_workflow(warn), force=force)
+
+
+def git_root(path: Path) -> Path | None:
+    """The root of the git repository `path` is in (GitHub reads workflows only there)."""
+    from ..core.runner import capture
+    proc = capture(["git", "-C", str(path), "rev-parse", "--show-toplevel"])
+    return Path(proc.stdout.strip()).resolve() if proc.returncode == 0 and proc.stdout.strip() else None

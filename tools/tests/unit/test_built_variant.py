@@ -129,3 +129,21 @@ def test_absolute_imports_of_the_kernels_own_package_are_flagged_with_the_relati
     assert "write `from .sub import mod as m`" in problems[1]
     (variant / "layers.py").write_text("from .utils import f\n")
     assert import_problems(BuiltVariant.load(variant)) == []
+
+
+def test_the_variant_folders_of_a_build_are_one_rule(tmp_path):
+    """core/built.py's rule, used by check, sign, upload, verify, clean, the card, dev/test and
+    bench: a folder not named with a leading `.` (a link to one too); `built`: holding a
+    metadata.json."""
+    from kbuild.core.built import is_variant_dir, variant_dirs
+    build = tmp_path / "build"
+    for name, meta in (("torch-cpu", True), ("broken", False), (".staging", True)):
+        (build / name).mkdir(parents=True)
+        if meta:
+            (build / name / "metadata.json").write_text("{}")
+    (build / "notes.txt").write_text("")
+    (build / "linked").symlink_to(build / "torch-cpu")
+    assert [p.name for p in variant_dirs(build)] == ["broken", "linked", "torch-cpu"]
+    assert [p.name for p in variant_dirs(build, built=True)] == ["linked", "torch-cpu"]
+    assert not is_variant_dir(build / ".staging", built=True) and is_variant_dir(build / "broken")
+    assert variant_dirs(tmp_path / "missing") == [] and variant_dirs(build / "notes.txt") == []

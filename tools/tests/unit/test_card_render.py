@@ -9,12 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kbuild.cli import app
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 from kbuild.publish import card
+from kbuild_testing import invoke
 
 BUILD_TOML = """\
 [general]
@@ -267,10 +266,6 @@ def test_a_card_linked_out_of_the_project_is_refused(tmp_path):
     (root / "CARD.md").symlink_to(outside)
     with pytest.raises(BuildError, match="not a file of the project"):
         render(root)
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def test_kbuild_card_prints_or_writes_the_rendered_card(tmp_path):

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from kbuild.stages import binary
-from kbuild.stages.binary import CudaCode, cuda_coverage_problems, parse_fatbin
+from kbuild.stages.check import binary
+from kbuild.stages.check.binary import CudaCode, cuda_coverage_problems, parse_fatbin
 
 
 def entry(arch: int, *, ptx: bool = False, suffix: str = "", payload: bytes = b"\0" * 16) -> bytes:

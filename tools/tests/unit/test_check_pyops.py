@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages.pyops import check_file, check_modules, check_package
+from kbuild.stages.check.pyops import check_file, check_modules, check_package
 from kbuild.core.errors import BuildError
 
 GOOD = """

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 import workflow_lint
 from kbuild.cli import app
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
 from kbuild.matrix import ci, matrix

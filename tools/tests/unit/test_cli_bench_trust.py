@@ -78,7 +78,7 @@ def test_a_link_inside_the_project_is_fine(tmp_path):
     (root / "scripts").mkdir()
     (root / "scripts" / "b.py").write_text("")
     (root / "benchmarks" / "benchmark_b.py").symlink_to("../scripts/b.py")
-    from kbuild.cli.bench import find_benchmarks
+    from kbuild.bench import find_benchmarks
     assert find_benchmarks(root.resolve()) == [root.resolve() / "benchmarks" / "benchmark_b.py"]
 
 

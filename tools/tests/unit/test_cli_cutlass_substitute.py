@@ -1,4 +1,4 @@
-"""`kbuild build --cutlass-substitute` turns on the substitution that stages/cutlass reads."""
+"""`kbuild build --cutlass-substitute` turns on the substitution that stages/generate/cutlass reads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 from typer.testing import CliRunner
 
 from kbuild.cli import app
-from kbuild.stages import cutlass, pipeline
+from kbuild.stages.generate import cutlass
+from kbuild.stages import pipeline
 
 
 def test_the_flag_turns_substitution_on_and_its_absence_leaves_it_off(tmp_path, monkeypatch):

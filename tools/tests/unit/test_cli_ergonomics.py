@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import importlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,10 @@ from kbuild.stages import devtest, pipeline
 from kbuild.cli import app
 from kbuild.cli import build as build_cli
 from kbuild.core.errors import BuildError
+from kbuild_testing import invoke
 
 app_mod = importlib.import_module("kbuild.cli.app")  # the module (kbuild.cli.app is the Typer)
 LONG_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
-
-
-def invoke(*args: str, cwd: Path):
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(old)
 
 
 @pytest.fixture

@@ -12,15 +12,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from kbuild.cli import app
 from kbuild.cli import build as build_cli
 from kbuild.core.errors import BuildError
 from kbuild.matrix import buildall, choose, matrix
 from kbuild.stages import compile as comp
 from kbuild.stages import pipeline
-from kbuild_testing import REPO, copy_project, make_probe_project, plan_of, fake_toolkit
+from kbuild_testing import REPO, copy_project, fake_toolkit, invoke, make_probe_project, plan_of
 
 THIS_TORCH = (f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}"
               "-cxx11-cpu-x86_64-linux")
@@ -32,10 +30,6 @@ backends = ["cpu", "cuda"]
 
 [torch-noarch]
 """
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture

@@ -9,13 +9,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kbuild.cli import app
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
 from kbuild.matrix import matrix
+from kbuild_testing import invoke
 
 SCHEMA = Path(__file__).parents[1] / "data" / "pixi-manifest-schema-v0.77.0.json"
 
@@ -26,17 +25,6 @@ def make(tmp_path: Path, name: str = "my-kernel", backends=("cpu", "cuda"), noar
     target = tmp_path / name
     init_cli.create(target, opts, git=False)
     return target
-
-
-def invoke(*args: str, cwd: Path):
-    """The CLI in this process, in `cwd`; a BuildError comes back as the exception."""
-    import os
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(old)
 
 
 @pytest.mark.parametrize("backends", [("cpu", "cuda"), ("cpu",), ("cuda",)], ids="+".join)

@@ -4,26 +4,20 @@ CARD.md), and a target that is a symbolic link is refused by its own name. In pr
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kbuild.cli import app
-from kbuild.cli import init as init_cli
+from kbuild import scaffold as init_cli
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
+from kbuild_testing import invoke
 
 
-def invoke(*args: str, cwd: Path):
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(app, ["init", *args, "--no-git"])
-    finally:
-        os.chdir(old)
+def init(*args: str, cwd: Path):
+    """`kbuild init ARGS --no-git` in `cwd`."""
+    return invoke("init", *args, "--no-git", cwd=cwd)
 
 
 @pytest.mark.parametrize("repo_id", [
@@ -33,7 +27,7 @@ def invoke(*args: str, cwd: Path):
     "org/na me", "org/", "/name", "a/b/c", "org/x--y", "org/" + "n" * 97, 'org/x")\nimport os',
 ])
 def test_a_bad_repo_id_is_refused_before_anything_is_written(tmp_path, repo_id):
-    result = invoke("my-kernel", "--repo-id", repo_id, cwd=tmp_path)
+    result = init("my-kernel", "--repo-id", repo_id, cwd=tmp_path)
     assert isinstance(result.exception, BuildError), result.output
     assert "is not a Hub repo id: expected org/name" in result.exception.message
     assert "\n" not in result.exception.message
@@ -44,7 +38,7 @@ def test_a_bad_repo_id_is_refused_before_anything_is_written(tmp_path, repo_id):
 
 
 def test_a_good_repo_id_lands_in_build_toml_and_the_card(tmp_path):
-    result = invoke("my-kernel", "--repo-id", "My-Org/my.kernel_2", "--backends", "cpu", cwd=tmp_path)
+    result = init("my-kernel", "--repo-id", "My-Org/my.kernel_2", "--backends", "cpu", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     project = tmp_path / "my-kernel"
     assert manifest.load(project).general.hub.repo_id == "My-Org/my.kernel_2"
@@ -60,7 +54,7 @@ def test_a_symlinked_target_is_refused_by_its_name(tmp_path, dangling):
         real.mkdir()
     link = tmp_path / "my-kernel"
     link.symlink_to(real)
-    result = invoke("my-kernel", cwd=tmp_path)
+    result = init("my-kernel", cwd=tmp_path)
     assert isinstance(result.exception, BuildError), result.exception
     assert str(link) in result.exception.message and "symbolic link" in result.exception.message
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["my-kernel"] + ([] if dangling else ["elsewhere"]))
@@ -69,6 +63,6 @@ def test_a_symlinked_target_is_refused_by_its_name(tmp_path, dangling):
 
 def test_a_target_under_a_file_is_one_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    result = invoke("file/my-kernel", cwd=tmp_path)
+    result = init("file/my-kernel", cwd=tmp_path)
     assert isinstance(result.exception, BuildError), result.exception
     assert "cannot create" in result.exception.message and "my-kernel" in result.exception.message

@@ -4,23 +4,11 @@ realised or CMake is run."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kbuild.cli import app
 from kbuild.core.errors import BuildError
-
-
-def invoke(*args: str, cwd: Path):
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(app, list(args))
-    finally:
-        os.chdir(old)
+from kbuild_testing import invoke
 
 
 @pytest.mark.parametrize("args, option", [

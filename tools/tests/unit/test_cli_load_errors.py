@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbuild.stages import loadcheck
+from kbuild.stages.check import loadcheck
 from kbuild.core.errors import BuildError
 
 ABORT = """\

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kbuild.cli import app
 from kbuild.core.layout import Layout
-from kbuild.stages.compile_commands import export_compile_commands
+from kbuild.stages.compile.compile_commands import export_compile_commands
 from kbuild.stages.generate import BUILD_FOLDER
 
 REPO = Path(__file__).resolve().parents[3]
@@ -132,7 +132,7 @@ def test_the_repository_tracks_no_compile_commands_and_ignores_them_everywhere()
 
 
 def test_the_init_scaffold_ignores_them_everywhere(tmp_path):
-    from kbuild.cli.init import TEMPLATES
+    from kbuild.scaffold import TEMPLATES
     (tmp_path / ".gitignore").write_text((TEMPLATES / "gitignore.j2").read_text())
     subprocess.run(["git", "-C", str(tmp_path), "init", "-q"], check=True)
     for path in ("compile_commands.json", "kernels/a/compile_commands.json"):

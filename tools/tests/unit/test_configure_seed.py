@@ -1,4 +1,4 @@
-"""CMake configure seeds (stages/configure_seed.py), with the real CMake, GCC and (where
+"""CMake configure seeds (stages/compile/configure_seed.py), with the real CMake, GCC and (where
 installed) nvcc: a new folder configured from a seed skips compiler identification and gets the
 compile lines and rules of one configured from scratch; a seed of other tools, flags or
 environment is not used; an unsafe or broken one is not trusted."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kbuild.stages import compile as compile_mod
-from kbuild.stages import configure_seed
+from kbuild.stages.compile import configure_seed
 from kbuild.stages.toolchain import find_cxx
 
 NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)

@@ -20,8 +20,8 @@ from cutlass_fixtures import (REDIRECTED, VERSIONS, archive_cache, entry, make_a
                               members_2_10, no_pypi, private_dir, release, served, server)
 from cutlass_server import ARCHIVES, TAGS
 from kbuild.core.errors import BuildError
-from kbuild.stages import cutlass
-from kbuild.stages.cutlass import cache, sources
+from kbuild.stages.generate import cutlass
+from kbuild.stages.generate.cutlass import cache, sources
 from kbuild_testing import REPO
 
 TOP = "cutlass-2.10.0/"

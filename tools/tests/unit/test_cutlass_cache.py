@@ -17,8 +17,9 @@ import pytest
 
 from cutlass_server import ArchiveServer
 from kbuild.core.errors import BuildError
-from kbuild.stages import cutlass, deps
-from kbuild.stages.cutlass import sources
+from kbuild.stages.generate import cutlass
+from kbuild.core import deps
+from kbuild.stages.generate.cutlass import sources
 
 HEADERS = {"include/cutlass/cutlass.h": "// cutlass\n", "include/cute/tensor.hpp": "// cute\n",
            "tools/util/include/cutlass/util/helper.h": "// util\n"}

@@ -23,8 +23,8 @@ from cutlass_fixtures import (archive_cache, entry, make_archive, members_2_10, 
                               private_dir, release, served, server)
 from cutlass_server import ARCHIVES, TAGS, Slow
 from kbuild.core.errors import BuildError
-from kbuild.stages import cutlass
-from kbuild.stages.cutlass import cache, sources
+from kbuild.stages.generate import cutlass
+from kbuild.stages.generate.cutlass import cache, sources
 from kbuild_testing import make_probe_project
 
 TOP = "cutlass-2.10.0/"

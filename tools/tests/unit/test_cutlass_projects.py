@@ -15,7 +15,8 @@ import pytest
 from cutlass_fixtures import (archive_cache, no_pypi, release, served, server)  # noqa: F401
 from cutlass_server import SHARED
 from kbuild.core import manifest
-from kbuild.stages import assemble, cutlass, plan
+from kbuild.stages import assemble, plan
+from kbuild.stages.generate import cutlass
 from kbuild_testing import fake_toolkit, fake_torch, make_probe_project
 
 HEAVY = SHARED / "corpus" / "kernels-community-40d4194f-heavy.tar.gz"

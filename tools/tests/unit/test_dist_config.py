@@ -1,4 +1,4 @@
-"""Which scheduler of distributed compiles a build uses (stages/dist.py): --dist-scheduler with
+"""Which scheduler of distributed compiles a build uses (stages/compile/dist.py): --dist-scheduler with
 the token in KBUILD_DIST_TOKEN, else the user's sccache configuration; bad settings refused with
 one message; sccache chosen as the compiler launcher then."""
 
@@ -9,7 +9,8 @@ import tomllib
 import pytest
 
 from kbuild.core.errors import BuildError
-from kbuild.stages import compile as compile_mod, dist
+from kbuild.stages import compile as compile_mod
+from kbuild.stages.compile import dist
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import cutlass, generate
+from kbuild.stages.generate import cutlass
+from kbuild.stages import generate
 from kbuild.stages.compile import _tool
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError

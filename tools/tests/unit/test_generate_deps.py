@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import cutlass, frameworks
+from kbuild.stages.generate import cutlass
+from kbuild.stages import frameworks
 from kbuild.core import manifest as manifest_mod
 from kbuild.core.errors import BuildError
 from kbuild_testing import make_probe_project, plan_of

@@ -76,6 +76,26 @@ def test_no_module_over_500_lines():
         f"{path} ({n})" for path, n in sorted(long.items()))
 
 
+def test_a_stage_imports_only_core_and_the_stages_before_it():
+    """stages/ reads as the flow: every stage module is named in `ORDER`, and imports nothing of
+    the builder but core/ (and the version) and the stages before it."""
+    from kbuild.stages import ORDER
+    stages = {p.stem if p.is_file() else p.name for p in (TOOLS / "kbuild" / "stages").iterdir()
+              if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert stages == set(ORDER)
+    graph = import_graph(TOOLS, ("kbuild",))
+    wrong = []
+    for module, targets in graph.items():
+        parts = module.split(".")
+        if parts[:2] != ["kbuild", "stages"] or len(parts) < 3:
+            continue
+        before = {f"kbuild.stages.{s}" for s in ORDER[:ORDER.index(parts[2]) + 1]}
+        wrong += [f"{module} → {t}" for t in sorted(targets) if t != "kbuild"
+                  and not t.startswith("kbuild.core") and not any(t == b or t.startswith(b + ".")
+                                                                  for b in before)]
+    assert not wrong, "a stage importing a later stage or another layer: " + ", ".join(wrong)
+
+
 @pytest.mark.parametrize("where", ["module", "function", "type_checking"])
 def test_a_circle_is_found_wherever_the_import_is(tmp_path, where):
     """The graph check itself: a circle closed by a deferred or a type-only import is named."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from kbuild.stages import loadcheck
+from kbuild.stages.check import loadcheck
 
 
 def plan(torch_version: str = "2.13.0"):

@@ -11,22 +11,7 @@ import pytest
 from kbuild.stages.plan import plan_variant
 from kbuild.core import manifest
 from kbuild.core.errors import BuildError
-from kbuild_testing import fake_torch
-
-
-def edit(old: str, new: str):
-    def apply(project: Path) -> None:
-        text = (project / "build.toml").read_text()
-        assert old in text, old
-        (project / "build.toml").write_text(text.replace(old, new, 1))
-    return apply
-
-
-def symlink_out(project: Path) -> None:
-    outside = project.parent / "outside.cpp"
-    outside.write_text("int x;\n")
-    os.symlink(outside, project / "csrc" / "evil.cpp")
-    edit('src = ["csrc/img2gray_cpu.cpp"', 'src = ["csrc/evil.cpp", "csrc/img2gray_cpu.cpp"')(project)
+from kbuild_testing import edit, fake_torch, symlink_out
 
 
 def manifest_link_out(project: Path) -> None:

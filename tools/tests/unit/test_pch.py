@@ -1,4 +1,4 @@
-"""The binding's precompiled torch header (stages/pch.py): which bindings take it, which part of
+"""The binding's precompiled torch header (stages/compile/pch.py): which bindings take it, which part of
 the compile line keys it, and, with the real GCC over a small stand-in for torch's include tree,
 that it is made, used, re-made when a header changes and refused where the project would shadow
 one of torch's headers — the object compiled with it is the same bytes as without."""
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kbuild.stages import pch
+from kbuild.stages.compile import pch
 
 BINDING = """// the binding
 #include <torch/library.h>

@@ -167,12 +167,12 @@ def test_cuda_capabilities_on_a_cpu_build_say_they_do_not_apply(tmp_path, monkey
     result = pipeline.BuildResult("v", root, "_k", False, 0.0)
     monkeypatch.setattr(pipeline, "build_plan", lambda p, *a, **k: built.append(p) or result)
     monkeypatch.setattr(build_cli, "out", type("Quiet", (), {"print": lambda *a, **k: None})())
-    build_cli.run_build(root, ["cpu"], None, cuda_capabilities="9.0")
+    build_cli.run_build(root, ["cpu"], None, local_capabilities="9.0")
     assert [p.local_capabilities for p in built] == [None]
     assert warnings == ["torch213-cxx11-cpu-x86_64-linux: --cuda-capabilities does not apply to a "
                         "variant without CUDA code; built as usual (publishable)"]
     warnings.clear()
-    build_cli.run_build(root, ["cuda"], None, cuda_capabilities="9.0")
+    build_cli.run_build(root, ["cuda"], None, local_capabilities="9.0")
     assert built[-1].local_capabilities == ("9.0",)
     assert warnings == ["torch213-cxx11-cu130-x86_64-linux: a local build for CUDA capabilities "
                         "9.0 only: not publishable"]

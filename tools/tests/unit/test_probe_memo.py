@@ -1,5 +1,5 @@
-"""`kbuild check`'s load with `kernels` (stages/check.py probe_load) is remembered in the user's
-cache (stages/probe_memo.py) for these very files, under this folder name, in this very
+"""`kbuild check`'s load with `kernels` (stages/check/__init__.py probe_load) is remembered in the user's
+cache (stages/check/probe_memo.py) for these very files, under this folder name, in this very
 interpreter, while every file the load depended on is unchanged: a success is not loaded again;
 other bytes, another name, another interpreter or loader environment, a changed dependency, a
 failure, an unsafe cache or KBUILD_PROBE_MEMO=off load again, and a folder that changed during
@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kbuild.core.errors import BuildError
-from kbuild.stages import check, probe_memo
+from kbuild.stages import check
+from kbuild.stages.check import probe_memo
 
 OLD = 10**18  # installed files predate the check (ns since the epoch: 2001)
 API = {"python": {"img2gray": {"kind": "function", "signature": "(x)"}}, "layers": {},

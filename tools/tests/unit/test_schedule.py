@@ -1,4 +1,4 @@
-"""Slowest first (stages/schedule.py): the previous build's .ninja_log orders the generated CMake
+"""Slowest first (stages/generate/schedule.py): the previous build's .ninja_log orders the generated CMake
 lists; ties, quick steps and unknown files keep the manifest's order; KBUILD_SCHEDULE=off."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.stages import generate, schedule
+from kbuild.stages import generate
+from kbuild.stages.generate import schedule
 from kbuild_testing import cpu_kernel, make_probe_project, plan_of
 from test_generate_cmake import read_back
 

@@ -1,4 +1,4 @@
-"""What a project's tests need (stages/testdeps.py) and what an environment lacks of it
+"""What a project's tests need (stages/devtest/testdeps.py) and what an environment lacks of it
 (matrix/testtools.py `unmet`): flake.nix's pythonCheckInputs in the three forms kernel-builder
 projects write them (any other form a warning naming the file, never a guess),
 tests/requirements.txt, the variants' python-depends as PyPI names, pytest and numpy."""
@@ -14,7 +14,7 @@ import pytest
 from kbuild.core.errors import BuildError
 from kbuild.core.runner import marked_answer
 from kbuild.matrix.testtools import unmet
-from kbuild.stages import testdeps
+from kbuild.stages.devtest import testdeps
 from kbuild_testing import REPO
 
 CORPUS = REPO.parent / "shared" / "corpus"

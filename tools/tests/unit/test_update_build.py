@@ -10,15 +10,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from kbuild.cli import app
 from kbuild.core.errors import BuildError
+from kbuild_testing import invoke
 from test_editions_upgrade import EDITION_4
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Stage 1: `build.toml` → one typed, validated `Manifest`.
+"""The manifest stage: `build.toml` → one typed, validated `Manifest`.
 
     model.py   the pydantic model (every key upstream's edition 5 knows, with descriptions)
     forms.py   the forms of values (names, versions, capabilities, URLs, …) and known names

@@ -1,4 +1,4 @@
-"""Run by the target interpreter (stages/loadcheck.py Loader): load a freshly linked extension so
+"""Run by the target interpreter (stages/check/loadcheck.py Loader): load a freshly linked extension so
 its static registrations (TORCH_LIBRARY_EXPAND) run.
 
     python load_registrations.py TORCH_LIB_DIR     then, on stdin, the path of EXTENSION.so

@@ -1,4 +1,4 @@
-"""Run by a target interpreter (stages/check.py): what a `kernels` load there depends on, without
+"""Run by a target interpreter (stages/check/__init__.py): what a `kernels` load there depends on, without
 importing torch: the interpreter, its module path, and for torch, kernels and huggingface_hub
 their version, where they are imported from, and a fingerprint of their installed files."""
 

@@ -1,8 +1,8 @@
-"""Run by a target interpreter (stages/check.py Probers): can the real
+"""Run by a target interpreter (stages/check/__init__.py Probers): can the real
 `kernels` loader load this variant here? Answers each variant path read from stdin with one line
 `KBUILD-PROBE <json>`; torch and kernels are imported once. A load neither reads nor writes
 bytecode in the variant (it loads what ships), and a success lists the files outside the variant
-it depended on (stages/probe_memo.py) and the variant's public API (publish/api.py)."""
+it depended on (stages/check/probe_memo.py) and the variant's public API (publish/api.py)."""
 
 import atexit
 import enum

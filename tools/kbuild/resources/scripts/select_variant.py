@@ -1,4 +1,4 @@
-"""Run by a target interpreter (stages/devtest.py): the variants of a build folder that the
+"""Run by a target interpreter (stages/devtest/__init__.py): the variants of a build folder that the
 `kernels` loader there would load, best first, and its reason for each one it would not.
 Answers with one line `KBUILD-SELECT <json object>` ({"error": ...} when `kernels` cannot be
 imported); anything else the interpreter prints is not the answer."""

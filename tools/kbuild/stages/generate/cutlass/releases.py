@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ...core.backend import Backend
-from ...core.errors import BuildError
+from ....core.backend import Backend
+from ....core.errors import BuildError
 
 SUBSTITUTE_VAR = "KBUILD_CUTLASS_SUBSTITUTE"
 HEADER_TREES = ("include/", "tools/util/include/")

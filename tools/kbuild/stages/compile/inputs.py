@@ -1,4 +1,4 @@
-"""Stage 5, around Ninja: what a build compiled from, by content.
+"""Around Ninja: what a build compiled from, by content.
 
 Ninja compiles what is older than its inputs, by modification time: a source replaced by a file
 with an older mtime (`mv`, `cp -p`, `tar -x`, `rsync -a`, some checkouts) would leave the object
@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.layout import Layout
-from ..core.runner import capture
+from ...core.files import write_atomic
+from ...core.layout import Layout
+from ...core.runner import capture
 
 RECORD = "kbuild-inputs.json"
 UNKNOWN = ""  # the sha256 of a file that changed while it was compiled: never a match
@@ -140,6 +141,4 @@ def record(inputs: Inputs) -> None:
                 current = _current(path, before)
                 if current is not None:
                     files[path] = current
-    tmp = inputs.build / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(files, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, inputs.build / RECORD)
+    write_atomic(inputs.build / RECORD, json.dumps(files, sort_keys=True))

@@ -1,4 +1,4 @@
-"""Stage 4: a variant plan → the build files (CMake project, registration.h, _ops.py) from templates.
+"""A variant plan → the build files (CMake project, registration.h, _ops.py) from templates.
 
 Values from the manifest and the file system reach CMake only as data: `plan.cmake` sets each
 one as a quoted argument with `\\`, `"` and `$` escaped, so CMake never expands `${...}` or
@@ -9,7 +9,6 @@ character, or `$<`, which starts a generator expression) is refused naming its k
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,12 +16,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..core.backend import Backend
-from ..core.errors import BuildError
-from ..core.layout import MANIFEST, Layout
-from . import cutlass, frameworks, schedule
-from .plan import VariantPlan
-from .toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
+from ...core.backend import Backend
+from ...core.errors import BuildError
+from ...core.files import write_atomic
+from ...core.layout import MANIFEST, Layout
+from . import cutlass, schedule
+from .. import frameworks
+from ..plan import VariantPlan
+from ..toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
 
 TEMPLATES = resources.files("kbuild") / "resources" / "templates"
 CUDA_SUFFIXES = (".cu",)
@@ -49,9 +50,7 @@ def write_if_changed(path: Path, text: str) -> bool:
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
     return True
 
 
@@ -214,7 +213,7 @@ def compile_units(plan: VariantPlan, includes: dict[str, list[str]]) -> list[Com
 
 def scheduled(units: list[CompileUnit], seconds: dict[Path, float]) -> list[CompileUnit]:
     """The units, and the files of each, in the order Ninja should start them: the slowest of
-    the previous build first (stages/schedule.py); unchanged without a previous build."""
+    the previous build first (stages/generate/schedule.py); unchanged without a previous build."""
     if not seconds:
         return units
     for unit in units:

@@ -1,4 +1,4 @@
-"""Stage 5a: the binding's precompiled torch header (GCC), made once per environment and flags.
+"""The binding's precompiled torch header (GCC), made once per environment and flags.
 
 A binding's translation unit spends most of its time parsing <torch/library.h> (about 7.5 s of
 10 s on 2 cores, 5 of 7 s on 16). The binding's C++ sources are compiled with
@@ -42,11 +42,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import BuildError
-from ..core.runner import Process, capture, spawn_logged, stop
-from ..core.switches import switch
-from . import deps
-from .plan import VariantPlan
+from ...core.errors import BuildError
+from ...core.runner import Process, capture, spawn_logged, stop
+from ...core.switches import switch
+from ...core import deps
+from ..plan import VariantPlan
 
 PCH_VAR = "KBUILD_PCH"
 HEADER = "torch_pch.h"
@@ -218,7 +218,7 @@ def key_of(flags: list[str]) -> str:
 
 
 def header_text() -> str:
-    from .generate import template
+    from ..generate import template
     return template(HEADER)
 
 
@@ -348,7 +348,7 @@ class Maker:
             _discard(self.tmp)
             return Outcome("failed", deps.unwritable(WHAT, self.tmp.parent, e))
         (self.tmp / "deps.d").unlink(missing_ok=True)
-        try:
+        try:  # a whole folder renamed into place, not core/files.write_atomic's one file
             os.rename(self.tmp, self.entry)
         except OSError:  # made by another build meanwhile
             shutil.rmtree(self.tmp, ignore_errors=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import unquote, urlparse
 
-from ..core import web
-from ..core.errors import BuildError
-from ..core.runner import capture
+from ...core import web
+from ...core.errors import BuildError
+from ...core.runner import capture
 
 SCHEDULER_VAR = "KBUILD_DIST_SCHEDULER"
 TOKEN_VAR = "KBUILD_DIST_TOKEN"
@@ -90,9 +90,11 @@ def _check_url(url: str, where: str) -> str:
     return url
 
 
-def configured() -> Dist | None:
-    """The scheduler this build uses, if any (a bad setting is refused, naming it)."""
-    url = os.environ.get(SCHEDULER_VAR, "").strip()
+def configured(scheduler: str | None = None) -> Dist | None:
+    """The scheduler this build uses, if any: `scheduler` (--dist-scheduler), else
+    KBUILD_DIST_SCHEDULER, else the user's sccache configuration (a bad setting is refused,
+    naming it)."""
+    url = _given(scheduler)
     config = user_config()
     if url:
         _check_url(url, f"--dist-scheduler ({SCHEDULER_VAR})")
@@ -108,6 +110,18 @@ def configured() -> Dist | None:
         if url:
             return Dist(_check_url(url, f"{config}: [dist] scheduler_url"), False, config)
     return None
+
+
+def _given(scheduler: str | None) -> str:
+    """The scheduler named for this build: the option's, else the variable's ("" if none)."""
+    return (scheduler if scheduler is not None else os.environ.get(SCHEDULER_VAR, "")).strip()
+
+
+def check_scheduler(url: str | None) -> str | None:
+    """--dist-scheduler, refused before anything runs when it is no URL or its token is missing."""
+    if url is not None:
+        configured(url)
+    return url
 
 
 def scrub(text: str, dist: Dist) -> str:
@@ -133,12 +147,12 @@ def is_sccache(launcher: str | None) -> bool:
     return bool(launcher) and "sccache" in Path(launcher).name
 
 
-def for_launcher(launcher: str | None) -> Dist | None:
+def for_launcher(launcher: str | None, scheduler: str | None = None) -> Dist | None:
     """The scheduler to use with this compiler launcher: only sccache distributes; a scheduler
-    named on the command line with another launcher chosen is refused."""
-    if not is_sccache(launcher) and not os.environ.get(SCHEDULER_VAR, "").strip():
+    named for this build (`scheduler`, or the variable) with another launcher chosen is refused."""
+    if not is_sccache(launcher) and not _given(scheduler):
         return None  # the user's sccache configuration is not sccache's business here
-    dist = configured()
+    dist = configured(scheduler)
     if dist and not is_sccache(launcher):
         if dist.given:
             raise BuildError(f"distributed compiles go through sccache, and this build compiles "

@@ -24,9 +24,9 @@ from typing import Callable
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from ..core.built import BuiltVariant
-from ..core.errors import BuildError
-from ..core.pydeps import pypi_names
+from ...core.built import BuiltVariant
+from ...core.errors import BuildError
+from ...core.pydeps import pypi_names
 
 FLAKE = "flake.nix"
 REQUIREMENTS = Path("tests") / "requirements.txt"

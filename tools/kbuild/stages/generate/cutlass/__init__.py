@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...core.backend import Backend
-from ...core.errors import BuildError
-from ...core.layout import MANIFEST
-from .. import deps
-from ..toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
+from ....core.backend import Backend
+from ....core.errors import BuildError
+from ....core.layout import MANIFEST
+from ....core import deps
+from ...toolchain import NVCC_SAFE, NVCC_SAFE_TEXT
 from .cache import STAMP, Warn, provision, read_stamp, tree_digest, tree_path, verify_tree
 from .releases import (CUTLASS, NOT_PROVISIONED, RELEASES, SUBSTITUTE_VAR, UPSTREAM, Release, Resolved,
                        Wheel, available, resolve, substitute_requested)

@@ -12,10 +12,10 @@ import shlex
 from pathlib import Path
 from typing import Callable
 
-from ..core.files import write_atomic
-from ..core.layout import COMPILE_COMMANDS, Layout
+from ...core.files import write_atomic
+from ...core.layout import COMPILE_COMMANDS, Layout
 from . import pch
-from .generate import BUILD_FOLDER
+from ..generate import BUILD_FOLDER
 
 
 def export_compile_commands(project: Path, works: list[Path],

@@ -1,4 +1,4 @@
-"""Stage 7: verify a build folder — layout, metadata, digest, ELF/ABI policy, and a real load."""
+"""Verify a build folder — layout, metadata, digest, ELF/ABI policy, and a real load."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..core.backend import Backend
-from ..core.built import BuiltVariant
-from ..core.errors import BuildError
-from ..core.runner import Worker
-from ..core.secrets import without_secrets
-from ..core.signature import INVALID, STALE, signature_state
-from ..core.variant import Variant, VariantError
-from ..core.layout import MANIFEST, METADATA
+from ...core.backend import Backend
+from ...core.built import BuiltVariant, variant_dirs  # noqa: F401  (check's own name too)
+from ...core.errors import BuildError
+from ...core.runner import Worker
+from ...core.secrets import without_secrets
+from ...core.signature import INVALID, STALE, signature_state
+from ...core.variant import Variant, VariantError
+from ...core.layout import MANIFEST, METADATA
+from ...core.loader import loader_data
 from . import binary, probe_memo
 
 MANYLINUX = "manylinux_2_28"
@@ -154,7 +155,7 @@ def metadata_problems(built: BuiltVariant) -> list[Problem]:
     meta, parsed = built.metadata, _parsed(built)
     problems: list[Problem] = []
     try:
-        from kernels._rust import Metadata
+        Metadata = loader_data().Metadata
     except ImportError:
         Metadata = None
     except Exception as exc:  # kernels does not import here, e.g. with a malformed HF_ENDPOINT
@@ -401,7 +402,7 @@ atexit.register(PROBERS.close)
 
 def probe_load(variant: Path, python: str | None, kid: str) -> dict:
     """Loads `variant` with the real `kernels` in `python`, unless these very files loaded there
-    before and what that load depended on is unchanged (stages/probe_memo.py: successes only, a
+    before and what that load depended on is unchanged (stages/check/probe_memo.py: successes only, a
     failure is loaded again every time)."""
     python = python or sys.executable
     before = probe_memo.snapshot(variant)
@@ -451,6 +452,3 @@ def check_built(built: BuiltVariant, *, python: str | None = None, load: bool = 
             report.problems.append(Problem("load.failed", f"load: {result['reason']}"))
     return report
 
-
-def variant_dirs(build_dir: Path) -> list[Path]:
-    return sorted(p for p in build_dir.iterdir() if p.is_dir() and not p.name.startswith("."))

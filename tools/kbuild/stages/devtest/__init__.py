@@ -24,10 +24,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from ..core import manifest as manifest_mod
-from ..core.errors import BuildError
-from ..core.layout import METADATA, Layout
-from ..core.runner import call, capture, marked_answer, stream
+from ...core import manifest as manifest_mod
+from ...core.built import variant_dirs
+from ...core.errors import BuildError
+from ...core.layout import METADATA, Layout
+from ...core.runner import call, capture, marked_answer, stream
 
 LOCAL_KERNELS = "LOCAL_KERNELS"
 NO_TESTS_COLLECTED = 5  # pytest's exit status
@@ -86,8 +87,7 @@ def select_variants(project: Path, build_dir: Path, python: str | None, *, ci: b
     python = python or sys.executable
     one = (build_dir / METADATA).is_file()  # --build-dir build/<variant>
     root = build_dir.parent if one else build_dir
-    present = [build_dir.name] if one else sorted(
-        d.name for d in build_dir.iterdir() if (d / METADATA).is_file()) if build_dir.is_dir() else []
+    present = [build_dir.name] if one else [d.name for d in variant_dirs(build_dir, built=True)]
     if not present:
         raise BuildError("no built variants to test", file=build_dir,
                          hint="run `kbuild build` first, or pass --build-dir")
@@ -100,7 +100,7 @@ def select_variants(project: Path, build_dir: Path, python: str | None, *, ci: b
         if one and not chosen and build_dir.name not in why:  # a name the loader does not parse:
             chosen = present                                   # LOCAL_KERNELS at it loads it
     if not chosen:
-        from .torch_install import read_torch_install
+        from ..torch_install import read_torch_install
         torch = read_torch_install(python)
         listing = "; ".join(f"{n}" + (f" ({why[n]})" if n in why else "") for n in present)
         raise BuildError(f"no variant in {build_dir} loads with torch {torch.torch_version} of "
@@ -129,9 +129,9 @@ def _loader_choice(python: str, build_dir: Path) -> dict:
 
 def _by_name(python: str, present: list[str]) -> list[str]:
     """Without `kernels` in the target: the variant named for its torch's own backend."""
-    from ..core.backend import Backend
-    from .plan import variant_of
-    from .torch_install import read_torch_install
+    from ...core.backend import Backend
+    from ..plan import variant_of
+    from ..torch_install import read_torch_install
     torch = read_torch_install(python)
     backend = Backend.CUDA if torch.cuda else Backend.CPU
     names = [variant_of(torch, backend).name, f"torch-{backend.value}", "torch-universal"]
@@ -189,7 +189,7 @@ def loading_env(tested: TestTarget, base: dict[str, str] | None = None,
 def _replace_link(link: Path, to: Path) -> None:
     """`link` made a link to `to`, replaced atomically (a concurrent run never sees none)."""
     link.parent.mkdir(parents=True, exist_ok=True)
-    fresh = link.with_name(f".{link.name}.{os.getpid()}")
+    fresh = link.with_name(f".{link.name}.{os.getpid()}")  # a link, not core/files.write_atomic's one file
     fresh.unlink(missing_ok=True)
     fresh.symlink_to(to, target_is_directory=True)
     try:
@@ -224,7 +224,7 @@ def _link_tested(tested: TestTarget) -> None:
         path.unlink()
     elif path.is_dir() and not holds():  # a damaged copy (only kbuild writes here)
         shutil.rmtree(path)
-    try:
+    try:  # a whole folder renamed into place, not core/files.write_atomic's one file
         os.rename(fresh, path)
     except OSError:  # another run made the same folder meanwhile
         shutil.rmtree(fresh, ignore_errors=True)
@@ -240,8 +240,7 @@ def source_map(project: Path, build_dir: Path) -> dict[str, str]:
     layout = Layout.of(project)
     package = layout.module_dir(module)
     mapping: dict[str, str] = {}
-    roots = [v for v in build_dir.iterdir() if (v / METADATA).is_file()] \
-        if build_dir.is_dir() else []
+    roots = variant_dirs(build_dir, built=True)
     link = layout.import_shim / module
     if link.is_symlink() and (link / METADATA).is_file():
         roots.append(link)
@@ -249,7 +248,7 @@ def source_map(project: Path, build_dir: Path) -> dict[str, str]:
         if (tested / METADATA).is_file():      # a link to the one variant tested
             roots.append(tested)
         elif tested.is_dir():                  # a folder of links, one per variant
-            roots += [v for v in tested.iterdir() if (v / METADATA).is_file()]
+            roots += variant_dirs(tested, built=True)
     for variant in roots:
         for built in variant.rglob("*.py*"):
             source = package / built.relative_to(variant)

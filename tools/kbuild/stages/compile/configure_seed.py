@@ -1,4 +1,4 @@
-"""Stage 5, before CMake: a new build folder starts from what CMake found out about the same
+"""Before CMake: a new build folder starts from what CMake found out about the same
 tools the last time (its cache and its per-version platform files), so the configure skips
 compiler identification, where nvcc compiles a test program: ~1.5 s of a 1.6 s CUDA configure.
 
@@ -26,8 +26,8 @@ import re
 import shutil
 from pathlib import Path
 
-from ..core.switches import switch
-from . import deps
+from ...core.switches import switch
+from ...core import deps
 
 SEED_VAR = "KBUILD_CONFIGURE_SEED"
 CACHE = "CMakeCache.txt"
@@ -156,7 +156,7 @@ def save(key: str, src: Path, build: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         deps.unwritable(WHAT, root, e)
         return
-    try:
+    try:  # a whole folder renamed into place, not core/files.write_atomic's one file
         os.rename(tmp, entry)
     except OSError:  # saved by another build meanwhile
         shutil.rmtree(tmp, ignore_errors=True)

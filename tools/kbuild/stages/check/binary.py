@@ -23,7 +23,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.hash import ELFHashSection, GNUHashSection
 
-from ..core.runner import capture
+from ...core.runner import capture
 
 PYTHON_API = re.compile(r"^_?Py")  # provided by the interpreter (abi3 is checked elsewhere)
 
@@ -55,7 +55,7 @@ def _system_dirs() -> list[Path]:
 @lru_cache(maxsize=None)
 def _compiler_lib(name: str) -> Path | None:
     """libstdc++/libgcc_s of the host compiler (a conda or custom toolchain has its own)."""
-    from .toolchain import find_cxx
+    from ..toolchain import find_cxx
     try:
         out = capture([find_cxx(), f"-print-file-name={name}"]).stdout.strip()
     except Exception:  # no compiler: the system dirs are all there is

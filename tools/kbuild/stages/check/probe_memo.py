@@ -1,4 +1,4 @@
-"""The load memo: a successful load of a variant folder with `kernels` (stages/check.py), kept in
+"""The load memo: a successful load of a variant folder with `kernels` (stages/check/__init__.py), kept in
 $KBUILD_CACHE_DIR/probed/ so that checking the same files again does not import torch again.
 
 - Key (looked up before a load): sha256 of the folder's name and every file that ships from it
@@ -28,11 +28,11 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from ..core.built import shipped_files
-from ..core.layout import SIGNATURE
-from ..core.runner import capture
-from ..core.switches import switch
-from . import deps
+from ...core.built import shipped_files
+from ...core.layout import SIGNATURE
+from ...core.runner import capture
+from ...core.switches import switch
+from ...core import deps
 
 PROBE_MEMO_VAR = "KBUILD_PROBE_MEMO"
 FOLDER = "probed"
