@@ -103,7 +103,7 @@ def test_a_file_written_before_the_mark_is_recognised(project):
     assert export(project, work)[0] == target
     Layout.of(project).compile_commands_mark.unlink()
     entries = json.loads(target.read_text())
-    entries[0]["directory"] = "/work/main/examples/activation/.kbuild/v/cmake-build"  # another checkout's
+    entries[0]["directory"] = "/srv/other-checkout/examples/activation/.kbuild/v/cmake-build"  # another checkout's
     target.write_text(json.dumps(entries, indent=1) + "\n")
     assert export(project, work)[0] is None
 
